@@ -1,0 +1,1 @@
+"""Steer's Textual console. Imports agent/; nothing imports it."""

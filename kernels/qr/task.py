@@ -1,0 +1,15 @@
+"""Types of the qr task, in GPU MODE's problem format."""
+from typing import TypedDict, TypeVar
+
+import torch
+
+input_t = TypeVar("input_t", bound=torch.Tensor)
+output_t = TypeVar("output_t", bound=tuple[torch.Tensor, torch.Tensor])
+
+
+class TestSpec(TypedDict):
+    batch: int
+    n: int
+    cond: int
+    seed: int
+    case: str
