@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="candidate files (default: the task's seed candidates)")
     add_eval_options(p)
     p.set_defaults(func=cmd_bench)
+    parser.set_defaults(func=None)
+    parser.steer_commands = sub  # type: ignore[attr-defined]  # console/cli.py adds the UI commands here
     return parser
 
 
