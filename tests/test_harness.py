@@ -1,0 +1,248 @@
+"""The evaluation harness on real subprocesses: each broken candidate is classified, in time, parent alive."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+import pytest
+
+from agent.harness.result import ERROR_CLASSES
+from agent.harness.runner import EvalOptions, evaluate
+
+LIMIT = 8.0  # seconds per stage in these tests; generous for a loaded 2-core CI box
+CPU = dict(device="cpu", stage_timeout=LIMIT)
+
+GEQRF = """
+import torch
+def custom_kernel(data):
+    return torch.geqrf(data)
+"""
+
+
+def run(path, task, **kw):
+    started = time.monotonic()
+    result = evaluate(path, task, EvalOptions(**{**CPU, **kw}))
+    return result, time.monotonic() - started
+
+
+def test_good_candidate_passes_with_timings(small_qr_task, candidate):
+    r, _ = run(candidate(GEQRF), small_qr_task)
+    assert r.ok, r.message
+    d = r.to_json()
+    for key in ("ok", "error_class", "message", "stage", "geomean_us", "cases", "stderr_tail", "device",
+                "torch", "triton", "overhead_s", "flags", "versions"):
+        assert key in d
+    assert d["error_class"] is None and d["torch"]
+    bench = [c for c in d["cases"] if c["kind"] == "benchmark"]
+    tests = [c for c in d["cases"] if c["kind"] == "test"]
+    assert len(tests) == 2 and len(bench) == 1
+    c = bench[0]
+    assert c["passed"] and c["runs"] >= 5 and 0 < c["best_us"] <= c["mean_us"] <= c["worst_us"]
+    assert r.geomean_us == pytest.approx(c["mean_us"])
+    assert json.loads(json.dumps(d))["cases"][0]["spec"]["n"] == 16
+
+
+@pytest.mark.parametrize("name, source, error_class, stage", [
+    ("syntax", "def custom_kernel(data)\n    return data\n", "syntax", "import"),
+    ("binary junk", "\x00\x01\x02garbage\xff", "syntax", "import"),
+    ("import error", "import no_such_module_for_steer\n", "import", "import"),
+    ("raises at import", "raise RuntimeError('at import')\n", "import", "import"),
+    ("no custom_kernel", "def kernel(data):\n    return data\n", "interface", "import"),
+    ("exception", "def custom_kernel(data):\n    raise ValueError('boom')\n", "exception", "smoke"),
+    ("os._exit", "import os\ndef custom_kernel(data):\n    os._exit(0)\n", "crash", "smoke"),
+    ("sys.exit", "import sys\ndef custom_kernel(data):\n    sys.exit(3)\n", "crash", "smoke"),
+    ("segfault", "import ctypes\ndef custom_kernel(data):\n    ctypes.string_at(0)\n", "crash", "smoke"),
+    ("wrong output", "import torch\ndef custom_kernel(data):\n    return data, data[:, 0]\n", "wrong", "smoke"),
+    ("returns the input", "def custom_kernel(data):\n    return data\n", "wrong", "smoke"),
+])
+def test_broken_candidates_are_classified(small_qr_task, candidate, name, source, error_class, stage):
+    r, wall = run(candidate(source), small_qr_task)
+    assert not r.ok
+    assert r.error_class == error_class, (name, r.error_class, r.message)
+    assert r.error_class in ERROR_CLASSES
+    assert r.stage == stage
+    assert r.message
+    assert wall < 30
+
+
+def test_segfault_message_names_the_signal(small_qr_task, candidate):
+    r, _ = run(candidate("import ctypes\ndef custom_kernel(data):\n    ctypes.string_at(0)\n"), small_qr_task)
+    assert "SIGSEGV" in r.message
+
+
+def test_exception_message_points_at_the_candidate_line(small_qr_task, candidate):
+    r, _ = run(candidate("\n\ndef custom_kernel(data):\n    raise ValueError('boom')\n"), small_qr_task)
+    assert "ValueError: boom" in r.message and "submission.py:4" in r.message
+
+
+def test_infinite_loop_times_out_within_its_limit(small_qr_task, candidate):
+    path = candidate("def custom_kernel(data):\n    while True:\n        pass\n")
+    r, wall = run(path, small_qr_task, stage_timeout=3.0)
+    assert r.error_class == "timeout" and r.stage == "smoke"
+    assert "3 s limit" in r.message
+    assert wall < 3.0 + 15  # the limit plus worker start-up on a slow box
+
+
+def test_forked_child_is_killed_with_the_group(small_qr_task, candidate, tmp_path):
+    pidfile = tmp_path / "child.pid"
+    path = candidate(f"""
+        import os, time, torch
+        if os.fork() == 0:
+            open({str(pidfile)!r}, "w").write(str(os.getpid()))
+            os.setsid()  # even a child that leaves the process group
+            time.sleep(600)
+            os._exit(0)
+        def custom_kernel(data):
+            return torch.geqrf(data)
+    """)
+    r, _ = run(path, small_qr_task)
+    assert r.ok, r.message
+    pid = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the candidate's child {pid} outlived the evaluation")
+
+
+def test_100mb_of_output_is_drained_and_bounded(small_qr_task, candidate):
+    path = candidate("""
+        import sys, torch
+        _done = []
+        def custom_kernel(data):
+            if not _done:
+                _done.append(1)
+                sys.stdout.write("x" * (100 * 1024 * 1024))
+                sys.stderr.write("y" * (10 * 1024 * 1024) + "\\nlast line of stderr\\n")
+            return torch.geqrf(data)
+    """)
+    r, wall = run(path, small_qr_task, stage_timeout=30.0)
+    assert r.ok, r.message
+    assert len(r.stdout_tail) < 20_000 and "earlier bytes dropped" in r.stdout_tail
+    assert r.stderr_tail.rstrip().endswith("last line of stderr")
+
+
+def test_content_cache_never_hits_because_inputs_are_fresh(small_qr_task, candidate):
+    path = candidate("""
+        import sys, torch
+        _cache = {}
+        def custom_kernel(data):
+            key = (tuple(data.shape), tuple(data.flatten()[:8].tolist()))
+            hit = key in _cache
+            print("HIT" if hit else "MISS", file=sys.stderr)
+            if not hit:
+                _cache[key] = torch.geqrf(data)
+            return _cache[key]
+    """)
+    r, _ = run(path, small_qr_task)
+    assert r.ok, r.message
+    assert "MISS" in r.stderr_tail and "HIT" not in r.stderr_tail.replace("MISS", "")
+
+
+def test_shape_keyed_cache_is_caught_as_wrong(small_qr_task, candidate):
+    path = candidate("""
+        import torch
+        _cache = {}
+        def custom_kernel(data):
+            if data.shape not in _cache:
+                _cache[data.shape] = torch.geqrf(data)
+            return _cache[data.shape]
+    """)
+    r, _ = run(path, small_qr_task)
+    assert r.error_class == "wrong", r.message
+
+
+def test_fresh_inputs_differ_between_repeats_and_invocations(small_qr_task, candidate):
+    path = candidate("""
+        import sys, torch
+        def custom_kernel(data):
+            print("FP", repr(float(data.double().sum())), file=sys.stderr)
+            return torch.geqrf(data)
+    """)
+    seen = []
+    for _ in range(2):
+        r, _ = run(path, small_qr_task)
+        assert r.ok, r.message
+        fps = re.findall(r"FP (\S+)", r.stderr_tail)
+        assert len(fps) >= 10
+        assert len(set(fps)) == len(fps), "an input repeated within one evaluation"
+        seen.append(set(fps))
+    assert not (seen[0] & seen[1]), "an input repeated across evaluations"
+
+
+def test_candidate_may_overwrite_its_input(small_qr_task, candidate):
+    r, _ = run(candidate("""
+        import torch
+        def custom_kernel(data):
+            h, tau = torch.geqrf(data)
+            data.copy_(h)  # in place: it is the candidate's own clone
+            return data, tau
+    """), small_qr_task)
+    assert r.ok, r.message
+
+
+def test_replacing_the_timer_is_a_guard_failure(small_qr_task, candidate):
+    r, _ = run(candidate("""
+        import time, torch
+        time.perf_counter = lambda: 0.0
+        def custom_kernel(data):
+            return torch.geqrf(data)
+    """), small_qr_task)
+    assert r.error_class == "guard" and "time.perf_counter" in r.message
+
+
+def test_replacing_the_checker_is_a_guard_failure(small_qr_task, candidate):
+    r, _ = run(candidate("""
+        import torch, reference
+        reference.check_implementation = lambda data, out: (True, "")
+        def custom_kernel(data):
+            return data, torch.zeros(data.shape[:2])
+    """), small_qr_task)
+    assert r.error_class == "guard" and "check_implementation" in r.message
+
+
+def test_secrets_are_not_in_the_candidate_environment(small_qr_task, candidate, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("HF_TOKEN", "hf-secret")
+    monkeypatch.setenv("MY_PASSWORD", "pw")
+    r, _ = run(candidate("""
+        import os, torch
+        leaked = [k for k in os.environ if any(m in k for m in ("KEY", "TOKEN", "SECRET", "PASSWORD"))]
+        if leaked:
+            raise RuntimeError("leaked: " + ",".join(leaked))
+        def custom_kernel(data):
+            return torch.geqrf(data)
+    """), small_qr_task)
+    assert r.ok, r.message
+
+
+def test_candidate_cannot_change_the_task_directory(small_qr_task, candidate):
+    before = {p.name: p.read_bytes() for p in small_qr_task.path.iterdir() if p.is_file()}
+    r, _ = run(candidate("""
+        import os, torch, reference
+        here = os.path.dirname(reference.__file__)
+        try:
+            open(os.path.join(here, "reference.py"), "a").write("# tampered")
+        except OSError:
+            pass
+        def custom_kernel(data):
+            return torch.geqrf(data)
+    """), small_qr_task)
+    assert r.ok, r.message
+    after = {p.name: p.read_bytes() for p in small_qr_task.path.iterdir() if p.is_file()}
+    assert before == after
+
+
+def test_stream_substring_is_flagged(small_qr_task, candidate):
+    r, _ = run(candidate(GEQRF + "# uses a side Stream\n"), small_qr_task)
+    assert r.ok and r.flags == ["stream"]
+
+
+def test_missing_candidate_file_is_a_harness_error(small_qr_task, tmp_path):
+    r, _ = run(tmp_path / "nope.py", small_qr_task)
+    assert r.error_class == "harness" and "cannot read" in r.message
