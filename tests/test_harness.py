@@ -246,3 +246,47 @@ def test_stream_substring_is_flagged(small_qr_task, candidate):
 def test_missing_candidate_file_is_a_harness_error(small_qr_task, tmp_path):
     r, _ = run(tmp_path / "nope.py", small_qr_task)
     assert r.error_class == "harness" and "cannot read" in r.message
+
+
+def test_writes_outside_the_sandbox_are_refused(small_qr_task, candidate, tmp_path):
+    """A candidate that knows where the session lives still cannot write there (landlock)."""
+    from agent.harness.landlock import abi_version
+    if abi_version() < 1:
+        pytest.skip("kernel without landlock")
+    session_dir = tmp_path / "sessions" / "s1"
+    session_dir.mkdir(parents=True)
+    (session_dir / "events.jsonl").write_text("{}\n")
+    r, _ = run(candidate(f"""
+        import os, shutil, torch
+        target = {str(session_dir)!r}
+        for attempt in (lambda: open(os.path.join(target, "events.jsonl"), "a").write("forged\\n"),
+                        lambda: open(os.path.join(target, "new.txt"), "w").write("x"),
+                        lambda: os.remove(os.path.join(target, "events.jsonl")),
+                        lambda: shutil.rmtree(target)):
+            try:
+                attempt()
+            except OSError:
+                pass
+        def custom_kernel(data):
+            return torch.geqrf(data)
+    """), small_qr_task)
+    assert r.ok, r.message
+    assert "landlock" in r.sandbox
+    assert (session_dir / "events.jsonl").read_text() == "{}\n"
+    assert sorted(p.name for p in session_dir.iterdir()) == ["events.jsonl"]
+
+
+def test_candidate_cannot_signal_the_agent(small_qr_task, candidate):
+    from agent.harness.landlock import abi_version
+    if abi_version() < 6:
+        pytest.skip("kernel without landlock signal scoping")
+    r, _ = run(candidate(f"""
+        import os, signal, torch
+        try:
+            os.kill({os.getpid()}, signal.SIGTERM)
+        except PermissionError:
+            pass
+        def custom_kernel(data):
+            return torch.geqrf(data)
+    """), small_qr_task)
+    assert r.ok, r.message

@@ -63,6 +63,7 @@ class EvalResult:
     timed_s: float = 0.0           # seconds inside timed regions (the kernel work being measured)
     stage_s: dict[str, float] = field(default_factory=dict)
     exit_code: int | None = None
+    sandbox: str = ""              # what confinement applied (landlock or not)
 
     @property
     def overhead_s(self) -> float:

@@ -150,16 +150,19 @@ def _run_worker(box: Sandbox, candidate: Path, task: Task, opts: EvalOptions, de
                 on_progress: Progress | None, cancel: threading.Event | None) -> EvalResult:
     tests, benchmarks = task.cases(on_gpu=device == "cuda")
     limits = stage_limits(task, opts.mode, opts.stage_timeout)
+    triton_cache = CACHE_ROOT / "triton"
+    triton_cache.mkdir(parents=True, exist_ok=True)
     visible = "" if device == "cpu" else str(opts.gpu if opts.gpu is not None else _first_visible_gpu())
     env = box.env(dict(os.environ), visible, {
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
-        "TRITON_CACHE_DIR": str(CACHE_ROOT / "triton"),
+        "TRITON_CACHE_DIR": str(triton_cache),
     })
     r_fd, w_fd = os.pipe()
     cfg = {
         "mode": opts.mode, "tests": tests, "benchmarks": benchmarks, "ranking_by": task.ranking_by,
         "task_dir": str(box.task_dir), "candidate_path": str(box.task_dir / "submission.py"),
         "result_fd": w_fd, "repo_root": str(REPO_ROOT),
+        "writable": [str(box.work_dir), str(triton_cache)],
         "nonce": opts.nonce if opts.nonce is not None else int.from_bytes(os.urandom(8), "little"),
     }
     try:
@@ -209,6 +212,7 @@ class _Session:
         self.deadline = time.monotonic() + limits["import"]
         self.stage_s: dict[str, float] = {}
         self.hello: dict[str, Any] = {}
+        self.sandbox = ""
         self.final: dict[str, Any] | None = None
         self.failure: dict[str, Any] | None = None
         self.timed_out = False
@@ -262,6 +266,8 @@ class _Session:
             self.deadline = now + self.limits.get(self.stage, max(self.limits.values()))
         elif kind == "stage_done":
             self.stage_s[str(msg.get("stage"))] = round(now - self.stage_started, 4)
+        elif kind == "sandbox":
+            self.sandbox = str(msg.get("note", ""))
         elif kind == "result":
             self.final = msg
         elif kind == "failure":
@@ -276,7 +282,8 @@ class _Session:
                stdout: str, stderr: str) -> EvalResult:
         common = dict(mode=opts.mode, task=task.name, candidate=str(candidate),
                       device=self.hello.get("device", device), versions=self.hello.get("versions", {}),
-                      stderr_tail=stderr, stdout_tail=stdout, stage_s=self.stage_s, exit_code=code)
+                      stderr_tail=stderr, stdout_tail=stdout, stage_s=self.stage_s, exit_code=code,
+                      sandbox=self.sandbox)
         if self.final is not None:
             cases = [CaseResult.from_json(c) for c in self.final.get("cases", [])]
             return EvalResult(ok=True, error_class=None, message="", stage=None, cases=cases,

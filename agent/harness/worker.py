@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from agent.harness import timing
+from agent.harness import landlock, timing
 from agent.harness.result import (
     CRASH, CUDA, EXCEPTION, GUARD, IMPORT, INTERFACE, SYNTAX, WRONG, CaseResult, rank_score,
 )
@@ -126,6 +126,8 @@ class Worker:
         })
         self.check = ref.check_implementation
         self.generate = ref.generate_input
+        # From here on the process (and anything it starts) writes only inside the sandbox.
+        self.chan.send(type="sandbox", note=landlock.restrict_writes(list(self.cfg.get("writable", []))))
         path = self.cfg["candidate_path"]
         try:
             source = open(path, "rb").read()
