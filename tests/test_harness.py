@@ -85,12 +85,11 @@ def test_infinite_loop_times_out_within_its_limit(small_qr_task, candidate):
     assert wall < 3.0 + 15  # the limit plus worker start-up on a slow box
 
 
-def test_forked_child_is_killed_with_the_group(small_qr_task, candidate, tmp_path):
-    pidfile = tmp_path / "child.pid"
-    path = candidate(f"""
-        import os, time, torch
+def test_forked_child_is_killed_with_the_group(small_qr_task, candidate):
+    path = candidate("""
+        import os, sys, time, torch
         if os.fork() == 0:
-            open({str(pidfile)!r}, "w").write(str(os.getpid()))
+            print("CHILD", os.getpid(), file=sys.stderr, flush=True)
             os.setsid()  # even a child that leaves the process group
             time.sleep(600)
             os._exit(0)
@@ -99,7 +98,7 @@ def test_forked_child_is_killed_with_the_group(small_qr_task, candidate, tmp_pat
     """)
     r, _ = run(path, small_qr_task)
     assert r.ok, r.message
-    pid = int(pidfile.read_text())
+    pid = int(re.search(r"CHILD (\d+)", r.stderr_tail).group(1))
     for _ in range(50):
         try:
             os.kill(pid, 0)
