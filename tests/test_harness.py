@@ -289,3 +289,12 @@ def test_candidate_cannot_signal_the_agent(small_qr_task, candidate):
             return torch.geqrf(data)
     """), small_qr_task)
     assert r.ok, r.message
+
+
+def test_profile_mode_reports_launches_and_busy_share(small_qr_task, candidate):
+    r, _ = run(candidate(GEQRF), small_qr_task, mode="profile")
+    assert r.ok, r.message
+    prof = r.benchmarks[0].profile
+    assert prof["calls"] == 3 and prof["launches_per_call"] >= 1
+    assert 0 < prof["busy_share"] <= 1
+    assert any("geqrf" in t["name"] for t in prof["top"])

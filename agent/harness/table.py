@@ -43,6 +43,12 @@ def format_eval(r: EvalResult) -> str:
         rows = [[case_label(c.spec), fmt_us(c.mean_us), fmt_us(c.std_us), fmt_us(c.best_us), fmt_us(c.worst_us),
                  str(c.runs)] for c in bench]
         lines.append(_grid(["benchmark", "mean us", "std", "best", "worst", "runs"], rows))
+    profiled = [c for c in bench if c.profile]
+    if profiled:
+        rows = [[case_label(c.spec), f"{c.profile.get('launches_per_call', 0):.1f}",
+                 f"{100 * (c.profile.get('busy_share') or 0):.0f}%",
+                 ", ".join(t["name"][:40] for t in c.profile.get("top", [])[:2])] for c in profiled]
+        lines.append(_grid(["profile", "launches/call", "busy", "top kernels"], rows))
     tests = [c for c in r.cases if c.kind == "test"]
     if r.ok:
         lines.append(f"tests passed: {len(tests)}; geomean {fmt_us(r.geomean_us)} us")
