@@ -57,6 +57,7 @@ class SessionResumed(Event):
     pid: int
     next_iteration: int
     mode: str = "headless"   # headless | detached | console
+    config: dict[str, Any] = field(default_factory=dict)   # options overridden for this run
 
 
 @dataclass
@@ -94,6 +95,7 @@ class BranchCreated(Event):
     source: str = ""         # seed file, or "fork of B@sha"
     parent_branch: str | None = None
     geomean_us: float | None = None   # the head's measured geomean, when known
+    geomean_se_us: float | None = None   # its standard error (from the per-case stderr)
 
 
 @dataclass
@@ -128,6 +130,7 @@ class IterationStarted(Event):
     iteration: int
     branch: str
     parent_sha: str
+    gpu: int | None = None   # the GPU evaluating it (None: the CPU)
 
 
 @dataclass
@@ -145,6 +148,7 @@ class ProposalMade(Event):
     duration_s: float = 0.0
     transcript: str | None = None    # path relative to the session dir
     steering_ids: list[str] = field(default_factory=list)
+    transient: bool = False          # the endpoint failed, not the idea: the loop backs off
 
 
 @dataclass
@@ -182,6 +186,7 @@ class AttemptCommitted(Event):
     speedup: float | None = None
     reason: str = ""         # why rejected/failed, in one line
     ref: str = ""            # the branch ref, or refs/attempts/<iteration>
+    geomean_se_us: float | None = None
 
 
 # -- steering ------------------------------------------------------------------------------

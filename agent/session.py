@@ -162,6 +162,18 @@ def create_session(root: Path, name: str, config: dict[str, Any]) -> Session:
     return s
 
 
+def write_config(session: Session, config: dict[str, Any]) -> None:
+    """Replace session.toml atomically (a resume with new options, a /budget change)."""
+    tmp = session.dir / "session.toml.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(dump_toml({"format_version": FORMAT_VERSION, **config}))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, session.toml)
+    _fsync_dir(session.dir)
+
+
 def open_session(root: Path, name: str) -> Session:
     s = Session(root=root, name=name)
     if not s.exists():

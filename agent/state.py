@@ -29,6 +29,8 @@ class Attempt:
     steering_ids: list[str] = field(default_factory=list)
     tokens: int = 0
     cost_usd: float = 0.0
+    proposal_ok: bool = True
+    gpu: int | None = None
 
 
 @dataclass
@@ -45,6 +47,12 @@ class Branch:
     plateau: bool = False
     created_seq: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)  # (iteration, best_us) after each gain
+    best_se_us: float | None = None  # standard error of best_us (the head's measurement)
+    state_reason: str = ""
+    iterations: list[int] = field(default_factory=list)   # every iteration run on this branch
+    proposal_fail_streak: int = 0    # consecutive failed proposals (no code to evaluate)
+    source: str = ""
+    parent_branch: str | None = None
 
     @property
     def live(self) -> bool:
@@ -92,6 +100,7 @@ class SessionState:
     plateaus: list[ev.PlateauDetected] = field(default_factory=list)
     last_seq: int = 0
     config: dict[str, Any] = field(default_factory=dict)
+    inbox_offset: int = 0           # inbox bytes consumed: the next agent reads from here
     _by_iteration: dict[int, Attempt] = field(default_factory=dict, repr=False)
 
     # -- derived views --------------------------------------------------------------------
@@ -166,7 +175,7 @@ class SessionState:
 
     def _on_branch_created(self, e: ev.BranchCreated) -> None:
         b = Branch(name=e.branch, family=e.family, head_sha=e.sha, best_us=e.geomean_us, created_seq=e.seq,
-                   last_gain_ts=e.ts)
+                   last_gain_ts=e.ts, best_se_us=e.geomean_se_us, source=e.source, parent_branch=e.parent_branch)
         if e.geomean_us:
             b.history.append((self.iteration, e.geomean_us))
         self.branches[e.branch] = b
@@ -175,6 +184,9 @@ class SessionState:
         b = self.branches.get(e.branch)
         if b is not None:
             b.state = e.state
+            b.state_reason = e.reason
+            if e.state == ACTIVE:
+                b.proposal_fail_streak = 0
             if e.state == KILLED and self.focus == e.branch:
                 self.focus = None
 
@@ -189,7 +201,10 @@ class SessionState:
 
     def _on_iteration_started(self, e: ev.IterationStarted) -> None:
         self.iteration = max(self.iteration, e.iteration)
-        a = Attempt(iteration=e.iteration, branch=e.branch, ts=e.ts, parent_sha=e.parent_sha)
+        a = Attempt(iteration=e.iteration, branch=e.branch, ts=e.ts, parent_sha=e.parent_sha, gpu=e.gpu)
+        b = self.branches.get(e.branch)
+        if b is not None:
+            b.iterations.append(e.iteration)
         self.attempts.append(a)
         self._by_iteration[e.iteration] = a
         self.activity = f"#{e.iteration} {e.branch}: proposing"
@@ -203,8 +218,12 @@ class SessionState:
             a.steering_ids = list(e.steering_ids)
             a.tokens = e.tokens_in + e.tokens_out
             a.cost_usd = e.cost_usd
+            a.proposal_ok = e.ok
             if not e.ok:
                 a.message = e.error or "proposal failed"
+        b = self.branches.get(e.branch)
+        if b is not None and not e.transient:
+            b.proposal_fail_streak = 0 if e.ok else b.proposal_fail_streak + 1
         self.activity = f"#{e.iteration} {e.branch}: " + ("evaluating" if e.ok else f"proposal failed: {e.error}")
 
     def _on_eval_progress(self, e: ev.EvalProgress) -> None:
@@ -239,6 +258,7 @@ class SessionState:
             b.accepted += 1
             b.head_sha = e.sha
             b.best_us = e.geomean_us
+            b.best_se_us = e.geomean_se_us
             b.since_gain = 0
             b.last_gain_ts = e.ts
             b.plateau = False
@@ -251,6 +271,7 @@ class SessionState:
     def _on_steering_received(self, e: ev.SteeringReceived) -> None:
         self.steering[e.id] = Steering(id=e.id, text=e.text, target=e.target, scope=e.scope, kind=e.kind,
                                        received_ts=e.ts)
+        self.inbox_offset = max(self.inbox_offset, e.inbox_offset)
 
     def _on_steering_applied(self, e: ev.SteeringApplied) -> None:
         s = self.steering.get(e.id)

@@ -1,0 +1,454 @@
+"""The Agent: drain the inbox, apply commands, pick a branch, propose, evaluate, commit, update the beam.
+
+One evaluation per GPU at a time (one slot on the CPU); the main thread does everything but
+the evaluations (and the prefetched proposals of llm/command), so events are appended in a
+single order. `stop` ends the loop at an iteration boundary; `abort` cancels what is in flight,
+records it as failed, and ends the loop. This module never imports the UI.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agent import events as ev
+from agent.beam import Beam, geomean_se, judge, pick_branch, plateau, schedulable
+from agent.config import RunConfig
+from agent.harness.result import STAGES, EvalResult
+from agent.harness.runner import EvalOptions, check_gpu, evaluate, resolve_device
+from agent.harness.task import Task, TaskError, bundled_tasks, load_task, resolve_task
+from agent.hooks import Hooks
+from agent.proposers import Proposal, make_proposer
+from agent.reconcile import reconcile
+from agent.session import (AgentLock, EventLog, EventReader, Session, SessionError, create_session,
+                           new_session_name, open_session, write_config)
+from agent.setup import Setup
+from agent.state import SessionState
+from agent.steering import Directive, Steering
+from agent.summary import format_event
+from agent.vcs import AttemptRecord, CaseLine, SessionRepo, VcsError
+from agent.workbench import Workbench
+
+TAIL_CHARS = 2048
+MAX_ERROR_BACKOFF_S = 900.0
+
+
+def prepare_session(root: Path, name: str | None, cfg: RunConfig) -> Session:
+    """A new session (name defaults to a timestamp) or an existing one to resume with `cfg`'s explicit options."""
+    cfg.validate()
+    if name and (root / name / "session.toml").is_file():
+        s = open_session(root, name)
+        stored = RunConfig.from_toml(s.config())
+        if "task" in cfg.explicit and _task_spec(cfg.task) != _task_spec(stored.task):
+            raise SessionError(f"session {name!r} runs task {stored.task}; a resume cannot change the task")
+        merged = stored.overridden_by(cfg).validate()
+        if cfg.explicit:
+            write_config(s, merged.to_toml())
+        return s
+    try:
+        task = load_task(cfg.task)
+    except TaskError as exc:
+        raise SessionError(str(exc)) from None
+    if not task.seed_candidates():
+        raise SessionError(f"task {task.name} has no seed candidates in {task.candidates_dir or 'candidates/'}")
+    name = name or _fresh_name(root)
+    stored = RunConfig.from_toml(cfg.to_toml())
+    stored.task = _task_spec(cfg.task)
+    return create_session(root, name, {"name": name, "created": time.time(), **stored.to_toml()})
+
+
+def _fresh_name(root: Path) -> str:
+    base = new_session_name()
+    name, n = base, 2
+    while (root / name).exists():
+        name, n = f"{base}-{n}", n + 1
+    return name
+
+
+def _task_spec(spec: str) -> str:
+    """A bundled task by its name (portable), any other by its absolute path."""
+    if spec in bundled_tasks() and not Path(spec).is_dir():
+        return spec
+    return str(resolve_task(spec))
+
+
+@dataclass
+class Flight:
+    """One iteration whose candidate is being evaluated."""
+    iteration: int
+    branch: str
+    parent: str
+    gpu: int | None
+    code: str
+    proposal: Proposal
+    steering_ids: list[str]
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: EvalResult | None = None
+    abort_reason: str = ""
+
+
+class Agent:
+    def __init__(self, session: Session, cfg: RunConfig | None = None, echo: Callable[[str], None] | None = None):
+        self.session = session
+        stored = RunConfig.from_toml(session.config())
+        self.cfg = stored.overridden_by(cfg) if cfg is not None else stored
+        self.echo = echo
+        self._emit_lock = threading.Lock()
+        self.state = SessionState()
+        self.hooks = Hooks(self.cfg.on_event, self.cfg.on_event_timeout_s)
+        self.log: EventLog | None = None
+        self.repo: SessionRepo | None = None
+        self.flights: dict[int, Flight] = {}
+        self.iterations_run = 0
+
+    # -- events ------------------------------------------------------------------------------
+    def emit(self, event: ev.Event) -> ev.Event:
+        with self._emit_lock:
+            assert self.log is not None
+            self.log.append(event)
+            self.state.apply(event)
+            line = format_event(event, self.state) if self.echo else None
+        if line and self.echo:
+            self.echo(line)
+        self.hooks.fire(event)
+        return event
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self, stop: threading.Event | None = None, abort: threading.Event | None = None,
+            mode: str = "headless") -> str:
+        stop, abort = stop or threading.Event(), abort or threading.Event()
+        lock = AgentLock(self.session.lock_path).acquire(wait=self.cfg.lock_wait_s)
+        reason, detail = "error", ""
+        try:
+            self.log = EventLog(self.session.events_path)
+            prior = list(EventReader(self.session.events_path).iter_all())
+            self.state.apply_all(prior)
+            self.run_started = time.time()
+            self.prior_run_s = _running_seconds(prior)
+            reason, detail = self._run(prior, stop, abort, mode)
+        except Exception as exc:  # noqa: BLE001 - the record must say why the agent died
+            detail = f"{type(exc).__name__}: {exc}"
+            if self.log is not None:
+                self.emit(ev.ErrorEvent(where="agent", message=detail, fatal=True))
+        finally:
+            for f in self.flights.values():
+                f.cancel.set()
+            if self.log is not None:
+                self.emit(ev.AgentStopped(reason=reason, iterations=self.iterations_run, detail=detail))
+                self.hooks.wait(2.0)
+                self.log.close()
+            if self.repo is not None:
+                self.repo.close()
+            lock.release()
+        return reason
+
+    def _run(self, prior: list[ev.Event], stop: threading.Event, abort: threading.Event,
+             mode: str) -> tuple[str, str]:
+        try:
+            self.task: Task = load_task(self.cfg.task)
+        except TaskError as exc:
+            self.emit(ev.ErrorEvent(where="task", message=str(exc), fatal=True))
+            return "error", str(exc)
+        self.device = resolve_device(self.cfg.device)
+        self.slots: list[int | None] = (self.cfg.gpus or [None]) if self.device == "cuda" else [None]
+        self.repo = SessionRepo.open_or_init(self.session.repo, f"Steer session {self.session.name}: task {self.task.name}")
+        started = any(isinstance(e, ev.SessionStarted) for e in prior)
+        if not started:
+            self.emit(ev.SessionStarted(name=self.session.name, task=self.task.name, task_path=str(self.task.path),
+                                        proposer=self.cfg.proposer, model=self.cfg.model, device=self.device,
+                                        device_name=self._device_name(), gpus=[g for g in self.slots if g is not None],
+                                        config=self.cfg.to_toml(), version=_version()))
+        else:
+            self.emit(ev.SessionResumed(pid=os.getpid(), next_iteration=self.state.iteration + 1, mode=mode,
+                                        config=self.cfg.explicit_values()))
+        if self.log and self.log.repaired_bytes:
+            self.emit(ev.Recovery(action="torn events line cut",
+                                  detail=f"{self.log.repaired_bytes} bytes of an unfinished line were removed"))
+        if started:
+            reconcile(self.state, self.repo, self.session, self.emit)
+        self.proposer = make_proposer(self.cfg)
+        self.bench = Workbench(self)
+        self.beam = Beam(self.state, self.repo, self.emit, self.task.name)
+        self.steering = Steering(self.session, self.state, self.beam, self.emit, self.bench.check_set, self._set_budget)
+        self.steering.restore()
+        if not Setup(self).run(prior, stop, abort):
+            return ("abort", "") if abort.is_set() else ("stop", "stopped during setup")
+        if not self.state.branches:
+            self.emit(ev.ErrorEvent(where="setup", message="no branch could be created", fatal=True))
+            return "error", "no branches"
+        return self._loop(stop, abort)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _loop(self, stop: threading.Event, abort: threading.Event) -> tuple[str, str]:
+        stopping: tuple[str, str] | None = None
+        idle_reported = False
+        self.backoff_until, self.backoff_s = 0.0, self.cfg.error_backoff_s
+        while True:
+            if abort.is_set():
+                self._abort_flights("aborted")
+                self._collect(block=False)
+                return "abort", "aborted in flight"
+            if len(self.flights) < len(self.slots):
+                self.steering.drain()
+                stopping = stopping or self._budget_reached()
+                if stop.is_set() or self.steering.stop_requested:
+                    stopping = stopping or ("stop", "")
+            if stopping is not None:
+                if not self.flights:
+                    self.bench.drop_prefetch()
+                    return stopping
+            elif time.time() >= self.backoff_until:
+                self._fill_slots(abort)
+            if not any(b.live for b in self.state.branches.values()):
+                if not self.flights:
+                    return "finished", "every branch was killed"
+            if not self.flights:
+                if not schedulable(self.state) and not idle_reported and stopping is None:
+                    self.emit(ev.ErrorEvent(where="scheduler", message="no branch to schedule (all paused, or the "
+                                            "focused one is not active); waiting for steering"))
+                    idle_reported = True
+                stop.wait(0.5)
+                continue
+            idle_reported = False
+            self._collect(block=True, abort=abort)
+
+    def _fill_slots(self, abort: threading.Event) -> None:
+        for gpu in self.slots:
+            if len(self.flights) >= len(self.slots) or self._budget_reached():
+                return
+            if any(f.gpu == gpu for f in self.flights.values()):
+                continue
+            busy = {f.branch for f in self.flights.values()}
+            branch = self.bench.prefetched_branch(busy) or pick_branch(self.state, exclude=busy)
+            if branch is None:
+                return
+            self._start(branch, gpu, abort)
+            if time.time() < self.backoff_until:
+                return
+
+    def _start(self, branch: str, gpu: int | None, abort: threading.Event) -> None:
+        i = self.state.iteration + 1
+        b = self.state.branches[branch]
+        parent = b.head_sha
+        directives: list[Directive] = self.steering.for_branch(branch)
+        self.emit(ev.IterationStarted(iteration=i, branch=branch, parent_sha=parent, gpu=gpu))
+        self.iterations_run += 1
+        proposal = self.bench.proposal(i, branch, parent, directives, abort)
+        art = self.session.artifact_dir(i)
+        _write(art / "transcript.txt", proposal.transcript)
+        if proposal.code is not None:
+            _write(art / "candidate.py", proposal.code)
+        ids = [d.id for d in directives]
+        self.emit(ev.ProposalMade(iteration=i, branch=branch, proposer=self.proposer.name, ok=proposal.ok,
+                                  summary=proposal.summary, error=proposal.error, tokens_in=proposal.tokens_in,
+                                  tokens_out=proposal.tokens_out, cost_usd=proposal.cost_usd,
+                                  duration_s=round(proposal.duration_s, 3),
+                                  transcript=f"artifacts/{i}/transcript.txt", steering_ids=ids,
+                                  transient=proposal.transient))
+        if not proposal.transient:
+            self.steering.used(directives, i, branch)
+        flight = Flight(iteration=i, branch=branch, parent=parent, gpu=gpu, code=proposal.code or "",
+                        proposal=proposal, steering_ids=ids if not proposal.transient else [])
+        if not proposal.ok:
+            if abort.is_set():
+                self.commit(flight, "failed", "aborted while proposing", ok=False, error="aborted",
+                            code=self.bench.read(parent))
+                return
+            self._after_failed_proposal(flight)
+            return
+        self.backoff_s = self.cfg.error_backoff_s
+        self.flights[i] = flight
+        threading.Thread(target=self._evaluate, args=(flight,), daemon=True, name=f"steer-eval-{i}").start()
+        self.bench.start_prefetch({f.branch for f in self.flights.values()})
+
+    def _evaluate(self, f: Flight) -> None:
+        stages = {s: n for n, s in enumerate(STAGES, 1)}
+
+        def progress(msg: dict[str, Any]) -> None:
+            if msg.get("type") == "stage":
+                stage = str(msg.get("stage"))
+                detail = f"stage {stages.get(stage, 0)}/{len(STAGES)}"
+            elif msg.get("type") == "case" and msg.get("kind") == "benchmark":
+                stage, detail = "bench", f"benchmark {int(msg.get('index', 0)) + 1}/{msg.get('total')}"
+            else:
+                return
+            self.emit(ev.EvalProgress(iteration=f.iteration, branch=f.branch, stage=stage, detail=detail))
+
+        try:
+            f.result = evaluate(self.session.artifacts / str(f.iteration) / "candidate.py", self.task,
+                                self.eval_options(f.gpu), on_progress=progress, cancel=f.cancel)
+        finally:
+            f.done.set()
+
+    def eval_options(self, gpu: int | None) -> EvalOptions:
+        return EvalOptions(mode=self.cfg.eval_mode, device=self.device, gpu=gpu, stage_timeout=self.cfg.stage_timeout)
+
+    def _collect(self, block: bool, abort: threading.Event | None = None) -> None:
+        """Commit every finished evaluation; with `block`, first wait for one (watching for aborts)."""
+        while block and self.flights and not any(f.done.is_set() for f in self.flights.values()):
+            if abort is not None and abort.is_set():
+                self._abort_flights("aborted")
+            ids = self.steering.peek_aborts()
+            if ids:
+                for sid in ids:
+                    self.steering.abort_acted[sid] = min(self.flights)
+                self._abort_flights("aborted by /abort")
+            next(iter(self.flights.values())).done.wait(0.2)
+        for i in sorted(self.flights):
+            f = self.flights[i]
+            if not block:
+                f.done.wait(15)  # cancelled: the harness kills the worker within its poll interval
+            if f.done.is_set():
+                del self.flights[i]
+                self._finish(f)
+
+    def _abort_flights(self, why: str) -> None:
+        for f in self.flights.values():
+            f.cancel.set()
+            f.abort_reason = f.abort_reason or why
+
+    # -- recording ---------------------------------------------------------------------------
+    def _finish(self, f: Flight) -> None:
+        r = f.result
+        aborted = f.abort_reason if f.cancel.is_set() else ""
+        if r is None:
+            r = EvalResult(ok=False, error_class="harness", message="the evaluation thread ended without a result",
+                           stage=None, mode=self.cfg.eval_mode, device=self.device, task=self.task.name, candidate="")
+        full = r.to_json()
+        _write(self.session.artifacts / str(f.iteration) / "eval.json", json.dumps(full, indent=1, default=str))
+        se = geomean_se(full.get("cases", [])) if r.ok else None
+        base = self.state.baseline_us
+        speedup = base / r.geomean_us if r.ok and base and r.geomean_us else None
+        message = aborted or r.message
+        self.emit(ev.EvalFinished(iteration=f.iteration, branch=f.branch, ok=r.ok and not aborted,
+                                  error_class="aborted" if aborted else r.error_class, message=message,
+                                  geomean_us=r.geomean_us, speedup=speedup, result=trim_result(full)))
+        b = self.state.branches[f.branch]
+        error = aborted or (f"{r.error_class}: {r.message}" if not r.ok else "")
+        verdict = judge(r.ok and not aborted, error, r.geomean_us, se, b.best_us, b.best_se_us)
+        cases = [CaseLine(_label(c.spec), c.mean_us, c.stderr_us) for c in r.benchmarks]
+        self.commit(f, verdict.verdict, verdict.reason, ok=r.ok and not aborted, error=error,
+                    geomean=r.geomean_us, se=se, speedup=speedup, cases=cases)
+
+    def _after_failed_proposal(self, f: Flight) -> None:
+        p = f.proposal
+        self.commit(f, "failed", f"proposal failed: {p.error}", ok=False, error=f"no candidate: {p.error}",
+                    code=self.bench.read(f.parent))
+        b = self.state.branches[f.branch]
+        if p.transient:
+            wait = self.backoff_s
+            self.backoff_until = time.time() + wait
+            self.backoff_s = min(MAX_ERROR_BACKOFF_S, self.backoff_s * 2)
+            self.emit(ev.ErrorEvent(where="proposer", message=f"{p.error}; the loop pauses {wait:g} s and retries",
+                                    iteration=f.iteration))
+        elif p.exhausted:
+            self.beam.pause(f.branch, reason=f"paused by the agent: {p.error}")
+        elif b.proposal_fail_streak >= self.cfg.proposal_fail_limit:
+            self.beam.pause(f.branch, reason=f"paused by the agent after {b.proposal_fail_streak} failed proposals: "
+                                             f"{p.error}")
+
+    def commit(self, f: Flight, verdict: str, reason: str, ok: bool, error: str, geomean: float | None = None,
+               se: float | None = None, speedup: float | None = None, cases: list[CaseLine] | None = None,
+               code: str | None = None) -> None:
+        assert self.repo is not None
+        summary = f.proposal.summary or f"{self.proposer.name}: no proposal ({f.proposal.error or 'no code'})"
+        record = AttemptRecord(summary=summary, iteration=f.iteration,
+                               branch=f.branch, verdict=verdict, reason=reason, ok=ok, error=error, geomean_us=geomean,
+                               geomean_se_us=se, speedup=speedup, baseline_us=self.state.baseline_us,
+                               cases=cases or [], steering_ids=f.steering_ids)
+        body = code if code is not None else f.code
+        sha = self.repo.commit(body, record.message(), f.parent)
+        self.repo.mark_attempt(f.iteration, sha)
+        ref = f"refs/attempts/{f.iteration}"
+        if verdict == "accepted":
+            try:
+                self.repo.move_branch(f.branch, sha, old=f.parent)
+                ref = f"refs/heads/{f.branch}"
+            except VcsError as exc:  # the ref moved under us: keep the attempt, report, do not move
+                verdict, reason = "rejected", f"accepted but not applied: {exc}"
+        _write(self.session.artifacts / str(f.iteration) / "diff.patch", self.repo.diff(f.parent, sha))
+        self.emit(ev.AttemptCommitted(iteration=f.iteration, branch=f.branch, sha=sha, parent_sha=f.parent,
+                                      verdict=verdict, summary=f.proposal.summary, geomean_us=geomean,
+                                      speedup=speedup, reason=reason, ref=ref, geomean_se_us=se))
+        if verdict == "accepted":
+            self.repo.show(f.branch)
+        b = self.state.branches.get(f.branch)
+        if b is not None:
+            found = plateau(b, self.cfg.plateau_attempts, self.cfg.plateau_minutes)
+            if found is not None:
+                self.emit(found)
+
+    # -- budgets -----------------------------------------------------------------------------
+    def _budget_reached(self) -> tuple[str, str] | None:
+        c = self.cfg
+        hours = (self.prior_run_s + time.time() - self.run_started) / 3600
+        checks = [("iterations", c.max_iterations, float(self.state.iteration)),
+                  ("hours", c.max_hours, hours), ("cost", c.max_cost, self.state.cost_usd)]
+        for kind, limit, value in checks:
+            if limit is not None and value >= limit:
+                if getattr(self, "_budget_said", None) != kind:
+                    self._budget_said = kind
+                    self.emit(ev.BudgetReached(kind=kind, limit=float(limit), value=round(value, 4)))
+                return "budget", f"{kind} {value:g} >= {limit:g}"
+        return None
+
+    def _set_budget(self, changes: dict[str, float | None]) -> str:
+        for name, value in changes.items():
+            setattr(self.cfg, name, value)
+        write_config(self.session, self.cfg.to_toml())
+        self._budget_said = None
+        return ", ".join(f"{k.replace('max_', '')}={'none' if v is None else f'{v:g}'}" for k, v in changes.items())
+
+    def _device_name(self) -> str:
+        if self.device == "cuda":
+            ok, name = check_gpu(self.slots[0])
+            return name if ok else f"GPU check failed: {name}"
+        return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def trim_result(full: dict[str, Any]) -> dict[str, Any]:
+    """The harness JSON for the event: tails cut to ~2 KB (the full one is in artifacts/<i>/eval.json)."""
+    out = dict(full)
+    for key in ("stdout_tail", "stderr_tail"):
+        text = str(out.get(key) or "")
+        if len(text) > TAIL_CHARS:
+            out[key] = "[...]" + text[-TAIL_CHARS:]
+    return out
+
+
+def _label(spec: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in spec.items() if k != "seed")
+
+
+def _write(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def _running_seconds(events: list[ev.Event]) -> float:
+    """Wall time agents ran this session before now: each run from its start/resume to its last event."""
+    total, start, last = 0.0, None, 0.0
+    for e in events:
+        if isinstance(e, (ev.SessionStarted, ev.SessionResumed)):
+            if start is not None:
+                total += max(0.0, last - start)
+            start = e.ts
+        last = e.ts
+    if start is not None:
+        total += max(0.0, last - start)
+    return total
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("steer-console")
+    except Exception:  # noqa: BLE001
+        return ""
