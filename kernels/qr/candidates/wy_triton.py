@@ -1,0 +1,260 @@
+"""wy_triton: blocked Householder QR (compact WY) with the panel factorization in Triton.
+
+One program per matrix factors a panel of nb columns held in registers: column extraction,
+scaled norm, reflector, its application to the rest of the panel and the column of T come from
+one pass of block reductions per column, and T is written by the same kernel. The trailing
+matrix is updated by a second kernel (grid: matrix x column block), C -= V (T' (V' C)), with
+tl.dot in 3xTF32 ("tf32x3", tensor cores) or plain fp32 FMA ("ieee"). Small n (<= small_max)
+is factored entirely on chip in one launch. Launch-bound shapes replay a CUDA graph.
+
+Where the time goes: the panel kernel's column loop (latency: ~n sequential block reductions
+per matrix), which is the critical path at n >= 176; the trailing kernel's HBM traffic (one
+read + write of the trailing matrix per panel) at 640x512 and above. When n - k0 rows do not fit
+in tile_max registers, the panel narrows (nb 16 at 2048 rows, 8 at 4096), which multiplies the
+trailing passes: the 2048/4096 cases are slow here (the superpanel family fixes that).
+On a CPU tensor it runs the same algorithm in PyTorch, or the Triton kernels when
+TRITON_INTERPRET=1.
+"""
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # a CPU-only machine without Triton still gets the PyTorch path
+    triton = None
+
+CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "tf32x3", "bn": 64, "bk": 32,
+          "trail_warps": 4, "graph_max_elems": 67108864}
+SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
+         "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
+         "graph_max_elems": [0, 8388608, 33554432, 67108864]}
+
+
+# ----------------------------------------------------------------------------------- Triton
+if triton is not None:
+    @triton.jit
+    def _sum_sum_max(a0, b0, c0, a1, b1, c1):
+        return a0 + a1, b0 + b1, tl.maximum(c0, c1)
+
+    @triton.jit
+    def _panel_kernel(A, TAU, TW, n, k0, nb, stride_b,
+                      BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr, WRITE_T: tl.constexpr):
+        """Householder QR of rows k0.., columns k0..k0+nb of one matrix, in registers; T too.
+
+        Per column: one fused block reduction (alpha, sum of squares, max) and one for w = v'P;
+        the norm is rescaled by max|x| only when the plain sum of squares could have lost range.
+        """
+        b = tl.program_id(0).to(tl.int64)
+        base = A + b * stride_b
+        rows = tl.arange(0, BM)
+        cols = tl.arange(0, NB)
+        m = n - k0
+        mask = (rows < m)[:, None] & (cols < nb)[None, :]
+        ptrs = base + (k0 + rows)[:, None] * n + (k0 + cols)[None, :]
+        p = tl.load(ptrs, mask=mask, other=0.0)
+        taus = tl.zeros([NB], dtype=tl.float32)
+        t = tl.zeros([NB, NB], dtype=tl.float32)
+        tr = tl.arange(0, NB)
+        for j in range(0, nb):
+            sel = cols[None, :] == j
+            cj = tl.sum(tl.where(sel, p, 0.0), axis=1)
+            below = rows > j
+            xb = tl.where(below, cj, 0.0)
+            alpha, ssq, amax = tl.reduce((tl.where(rows == j, cj, 0.0), xb * xb, tl.abs(xb)), 0, _sum_sum_max)
+            live = amax > 0.0
+            if (ssq < 1e-20) | (ssq > 1e30) | (tl.abs(alpha) > 1e15):
+                sc = tl.where(live, tl.maximum(amax, tl.abs(alpha)), 1.0)
+                xs = xb / sc
+                an = alpha / sc
+                nrm = sc * tl.sqrt(an * an + tl.sum(xs * xs, axis=0))
+            else:
+                nrm = tl.sqrt(alpha * alpha + ssq)
+            beta = tl.where(alpha >= 0.0, -nrm, nrm)
+            denom = tl.where(live, alpha - beta, 1.0)
+            tau = tl.where(live, (beta - alpha) / tl.where(live, beta, 1.0), 0.0)
+            v = tl.where(below, cj / denom, tl.where(rows == j, 1.0, 0.0))
+            # w[c] = v' p[:, c]: the update of columns > j, and for c < j the column (V' v) of T
+            w = tl.sum(v[:, None] * p, axis=0)
+            newc = tl.where(below, v, tl.where(rows == j, tl.where(live, beta, alpha), cj))
+            p = tl.where(cols[None, :] > j, p - (tau * v)[:, None] * w[None, :],
+                         tl.where(sel, newc[:, None], p))
+            taus = tl.where(cols == j, tau, taus)
+            if WRITE_T:
+                g = tl.where(cols < j, w, 0.0)
+                tg = tl.sum(t * g[None, :], axis=1)
+                tcol = tl.where(tr < j, -tau * tg, tl.where(tr == j, tau, 0.0))
+                t = tl.where(sel, tcol[:, None], t)
+        tl.store(ptrs, p, mask=mask)
+        tl.store(TAU + b * n + k0 + cols, taus, mask=cols < nb)
+        if WRITE_T:
+            tbase = TW + b * NBT * NBT
+            tl.store(tbase + tr[:, None] * NBT + cols[None, :], t)
+            if NB < NBT:  # zero the rest of the NBT x NBT block (stale from a wider panel otherwise)
+                big = tl.arange(0, NBT)
+                outside = (big[:, None] >= NB) | (big[None, :] >= NB)
+                tl.store(tbase + big[:, None] * NBT + big[None, :], tl.zeros([NBT, NBT], dtype=tl.float32),
+                         mask=outside)
+
+    @triton.jit
+    def _trail_kernel(A, TW, n, k0, nb, cend, stride_b,
+                      NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """C = A[k0:, c0:c0+BN] (columns < cend) of one matrix: C -= V (T' (V' C)), V the panel's reflectors."""
+        b = tl.program_id(0).to(tl.int64)
+        base = A + b * stride_b
+        c0 = k0 + nb + tl.program_id(1) * BN
+        cols = c0 + tl.arange(0, BN)
+        kk = tl.arange(0, NBT)
+        pc = k0 + kk
+        w = tl.zeros([NBT, BN], dtype=tl.float32)
+        for r0 in range(k0, n, BK):
+            rows = r0 + tl.arange(0, BK)
+            rm = rows < n
+            lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
+            v = tl.load(base + rows[:, None] * n + pc[None, :], mask=rm[:, None] & lower, other=0.0)
+            v = tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
+            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=rm[:, None] & (cols < cend)[None, :], other=0.0)
+            w = tl.dot(tl.trans(v), c, w, input_precision=PREC)
+        tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
+        w = tl.dot(tl.trans(tt), w, input_precision="ieee")
+        for r0 in range(k0, n, BK):
+            rows = r0 + tl.arange(0, BK)
+            rm = rows < n
+            lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
+            v = tl.load(base + rows[:, None] * n + pc[None, :], mask=rm[:, None] & lower, other=0.0)
+            v = tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
+            cp = base + rows[:, None] * n + cols[None, :]
+            cm = rm[:, None] & (cols < cend)[None, :]
+            c = tl.load(cp, mask=cm, other=0.0)
+            c = c - tl.dot(v, w, input_precision=PREC)
+            tl.store(cp, c, mask=cm)
+
+
+def _pow2(x):
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def _warps(elems):
+    """Enough warps that a tile costs at most ~64 registers a thread."""
+    return max(4, min(16, elems // 2048))
+
+
+def _factor_triton(a, tau, cfg, tw):
+    b, n, _ = a.shape
+    if n <= cfg["small_max"]:
+        np2 = max(16, _pow2(n))
+        _panel_kernel[(b,)](a, tau, tau, n, 0, n, n * n, BM=np2, NB=np2, NBT=16, WRITE_T=False,
+                            num_warps=_warps(np2 * np2))
+        return
+    nbt = tw.shape[-1]
+    k0 = 0
+    while k0 < n:
+        m = n - k0
+        bm = max(16, _pow2(m))
+        nbp = max(1, min(int(cfg["nb"]), cfg["tile_max"] // bm))
+        nbp = 1 << (nbp.bit_length() - 1)          # power of two for tl.arange
+        nb = min(nbp, m)
+        _panel_kernel[(b,)](a, tau, tw, n, k0, nb, n * n, BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
+                            num_warps=_warps(bm * nbp))
+        if k0 + nb < n:
+            grid = (b, triton.cdiv(n - k0 - nb, cfg["bn"]))
+            _trail_kernel[grid](a, tw, n, k0, nb, n, n * n, NBT=nbt, BN=cfg["bn"], BK=cfg["bk"],
+                                PREC=cfg["prec"], num_warps=cfg["trail_warps"])
+        k0 += nb
+
+
+# ----------------------------------------------------------------------------------- PyTorch
+def _panel_torch(a, tau, k0, w):
+    """Householder QR of a[:, k0:, k0:k0+w] in place, column by column (LAPACK slarfg signs)."""
+    for j in range(k0, k0 + w):
+        x = a[:, j:, j]
+        alpha = x[:, 0]
+        amax = x[:, 1:].abs().amax(dim=1) if x.shape[1] > 1 else torch.zeros_like(alpha)
+        live = amax > 0
+        sc = torch.where(live, torch.maximum(amax, alpha.abs()), 1.0)
+        xn = torch.linalg.vector_norm(x[:, 1:] / sc.unsqueeze(1), dim=1) * sc
+        beta = torch.copysign(torch.hypot(alpha, xn), -alpha)
+        denom = alpha - beta
+        t = torch.where(live, -denom / beta, 0.0)
+        x[:, 1:] *= torch.where(live, 1.0 / denom, 0.0).unsqueeze(1)
+        tau[:, j] = t
+        beta = torch.where(live, beta, alpha)
+        if j + 1 < k0 + w:
+            x[:, 0] = 1.0
+            c = a[:, j:, j + 1:k0 + w]
+            c.baddbmm_(x.unsqueeze(2), torch.bmm(x.unsqueeze(1), c) * t.view(-1, 1, 1), alpha=-1.0)
+        x[:, 0] = beta
+
+
+def _factor_torch(a, tau, nb):
+    n = a.shape[-1]
+    for k0 in range(0, n, nb):
+        w = min(nb, n - k0)
+        _panel_torch(a, tau, k0, w)
+        if k0 + w < n:
+            v = torch.tril(a[:, k0:, k0:k0 + w], -1)
+            v.diagonal(dim1=1, dim2=2).fill_(1.0)
+            g = torch.bmm(v.transpose(1, 2), v)
+            t = torch.zeros(a.shape[0], w, w, dtype=a.dtype, device=a.device)
+            for j in range(w):  # larft recurrence: T[:j, j] = -tau_j T[:j, :j] (V' v_j)[:j]
+                t[:, j, j] = tau[:, k0 + j]
+                if j:
+                    t[:, :j, j] = -tau[:, k0 + j, None] * torch.bmm(t[:, :j, :j], g[:, :j, j:j + 1])[..., 0]
+            c = a[:, k0:, k0 + w:]
+            c.baddbmm_(v, torch.bmm(t.transpose(1, 2), torch.bmm(v.transpose(1, 2), c)), alpha=-1.0)
+
+
+# ----------------------------------------------------------------------------------- entry
+def _use_triton(a):
+    if triton is None:
+        return False
+    return a.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class _Replay:
+    """A captured factorization for one shape: copy in, replay, copy the outputs out."""
+
+    def __init__(self, a, cfg):
+        b, n, _ = a.shape
+        self.inp = a.clone()
+        self.tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
+        nbt = max(16, cfg["nb"])
+        self.tw = torch.zeros(b, nbt, nbt, dtype=a.dtype, device=a.device)
+        _factor_triton(self.inp, self.tau, cfg, self.tw)  # compiles every kernel before capture
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            _factor_triton(self.inp, self.tau, cfg, self.tw)
+
+    def __call__(self, a):
+        self.inp.copy_(a)
+        self.graph.replay()
+        return self.inp.clone(), self.tau.clone()
+
+
+_REPLAYS = {}
+
+
+def custom_kernel(data):
+    cfg = dict(CONFIG)
+    a = data if data.dtype == torch.float32 else data.float()
+    a = a if a.is_contiguous() else a.contiguous()
+    b, n, _ = a.shape
+    if b == 0 or n == 0:
+        return a, torch.zeros(b, n, dtype=a.dtype, device=a.device)
+    if not _use_triton(a):
+        tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
+        _factor_torch(a, tau, max(1, min(cfg["nb"], n)))
+        return a, tau
+    multi = n > cfg["small_max"]
+    if a.is_cuda and multi and b * n * n <= cfg["graph_max_elems"]:
+        key = (a.device, b, n)
+        if key not in _REPLAYS:
+            _REPLAYS[key] = _Replay(a, cfg)
+        return _REPLAYS[key](a)
+    tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
+    nbt = max(16, cfg["nb"])
+    tw = torch.zeros(b, nbt, nbt, dtype=a.dtype, device=a.device) if multi else tau
+    _factor_triton(a, tau, cfg, tw)
+    return a, tau
