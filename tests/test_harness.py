@@ -298,3 +298,19 @@ def test_profile_mode_reports_launches_and_busy_share(small_qr_task, candidate):
     assert prof["calls"] == 3 and prof["launches_per_call"] >= 1
     assert 0 < prof["busy_share"] <= 1
     assert any("geqrf" in t["name"] for t in prof["top"])
+
+
+def test_work_finishing_after_the_timed_region_is_caught(small_qr_task, candidate):
+    """The CPU analogue of unjoined GPU work: fill the output from a thread after returning."""
+    r, _ = run(candidate("""
+        import threading, time, torch
+        def custom_kernel(data):
+            h, tau = torch.empty_like(data), data.new_empty(data.shape[:2])
+            def finish():
+                time.sleep(0.01)
+                hh, tt = torch.geqrf(data)
+                h.copy_(hh); tau.copy_(tt)
+            threading.Thread(target=finish).start()
+            return h, tau
+    """), small_qr_task)
+    assert not r.ok and r.error_class in ("guard", "wrong"), r.message

@@ -153,7 +153,10 @@ def _run_worker(box: Sandbox, candidate: Path, task: Task, opts: EvalOptions, de
     triton_cache = CACHE_ROOT / "triton"
     triton_cache.mkdir(parents=True, exist_ok=True)
     visible = "" if device == "cpu" else str(opts.gpu if opts.gpu is not None else _first_visible_gpu())
+    # One CPU thread on the CPU path: OpenMP spin-waiting on a shared box makes timings swing 50x.
+    cpu_threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if device == "cpu" else {}
     env = box.env(dict(os.environ), visible, {
+        **cpu_threads,
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
         "TRITON_CACHE_DIR": str(triton_cache),
     })

@@ -12,6 +12,7 @@ import os
 import platform
 import random
 import sys
+import threading
 import traceback
 from typing import Any, Callable
 
@@ -193,6 +194,7 @@ class Worker:
         self.verify(spec, warm, out, before)
         del warm, out
         times: list[float] = []
+        threads_before = threading.active_count()
         started = timing._perf_counter()
         repeat = 0
         while not timing.should_stop(times, self.policy, started):
@@ -207,6 +209,9 @@ class Worker:
             if tail_s > max(2e-3, 0.25 * device_s):
                 raise StageFailure(GUARD, f"{_label(spec)}: work kept running {tail_s * 1e3:.2f} ms after the timed "
                                           "region ended (side work not joined to the timed region)")
+            if threading.active_count() > threads_before:
+                raise StageFailure(GUARD, f"{_label(spec)}: the candidate left threads running after the timed "
+                                          "region (work not finished inside it)")
             self.timed_s += device_s
             for j in self.checked_slots(k, repeat):
                 self.verify(spec, datas[j], outs[j], prints[j])
