@@ -36,17 +36,23 @@ def custom_kernel(data):
 '''
 
 
+def small_task(d: str, tests: int = 2, benchmarks: int = 1):
+    """The qr task cut to its first few cases, in directory d."""
+    task_dir = Path(d) / "qr_small"
+    shutil.copytree(ROOT / "kernels" / "qr", task_dir)
+    doc = yaml.safe_load((task_dir / "task.yml").read_text())
+    doc["tests"] = doc["tests"][:tests]
+    doc["benchmarks"] = doc["benchmarks"][:benchmarks]
+    (task_dir / "task.yml").write_text(yaml.safe_dump(doc))
+    return load_task(task_dir)
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as d:
-        task_dir = Path(d) / "qr_small"
-        shutil.copytree(ROOT / "kernels" / "qr", task_dir)
-        doc = yaml.safe_load((task_dir / "task.yml").read_text())
-        doc["tests"] = doc["tests"][:2]
-        doc["benchmarks"] = doc["benchmarks"][:1]
-        (task_dir / "task.yml").write_text(yaml.safe_dump(doc))
+        task = small_task(d)
         cand = Path(d) / "triton_cand.py"
         cand.write_text(textwrap.dedent(TRITON_CANDIDATE))
-        r = evaluate(cand, load_task(task_dir), EvalOptions(mode="quick"))
+        r = evaluate(cand, task, EvalOptions(mode="quick"))
         print("ok", r.ok, r.error_class, r.message[:500])
         print("sandbox:", r.sandbox, "| device:", r.device, "| stages:", r.stage_s, "| wall", round(r.wall_s, 2))
         if not r.ok:
