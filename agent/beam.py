@@ -20,6 +20,8 @@ NOISE_FLOOR = 0.01      # an accepted gain is at least 1% ...
 NOISE_SIGMAS = 2.0      # ... and at least 2 standard errors of the difference
 GAIN_WINDOW = 6         # attempts of a branch that count as "recent"
 GAIN_FLOOR = 0.02       # priority of a branch with no recent gain, relative to a 100% gain
+STARVE_PER_BRANCH = 3   # no active branch waits more than 3 x (active branches) iterations ...
+STARVE_MIN = 6          # ... or 6, whichever is more
 
 Emit = Callable[[ev.Event], ev.Event]
 
@@ -95,13 +97,18 @@ def pick_branch(state: SessionState, exclude: Iterable[str] = ()) -> str | None:
     """Recent gainers first; the wait since a branch last ran multiplies its priority, so none starves.
 
     With no gains anywhere this is round-robin; a branch with a recent 10% gain runs about
-    six times as often as a flat one, and a flat one still runs every few iterations.
+    six times as often as a flat one, and no active branch waits more than max(6, 3 x active
+    branches) iterations.
     """
     best: tuple[float, int, str] | None = None
-    for b in schedulable(state, exclude):
+    live = schedulable(state, exclude)
+    starve_after = max(STARVE_MIN, STARVE_PER_BRANCH * len(live))
+    for b in live:
         last = b.iterations[-1] if b.iterations else 0
         wait = state.iteration - last + 1
         priority = (GAIN_FLOOR + recent_gain(b)) * wait
+        if wait > starve_after:  # the floor: a branch left waiting this long runs next, whatever the gains
+            priority = 1e9 + wait
         key = (priority, -b.created_seq, b.name)
         if best is None or key > best:
             best = key
@@ -133,13 +140,14 @@ def resolve_branch(state: SessionState, name: str | None) -> str:
         raise BeamError("no branch given")
     if name in state.branches:
         return name
-    matches = [b.name for b in state.branches.values()
-               if b.name.split("/", 1)[-1] == name or b.family == name or b.name.split("/", 1)[-1] == name.replace("_", "-")]
-    if len(matches) == 1:
-        return matches[0]
+    suffix = [b.name for b in state.branches.values() if b.name.split("/", 1)[-1] in (name, name.replace("_", "-"))]
+    family = [b.name for b in state.branches.values() if b.family == name]
+    for matches in (suffix, family):
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise BeamError(f"branch {name!r} is ambiguous: {', '.join(matches)}")
     known = ", ".join(sorted(state.branches)) or "none yet"
-    if matches:
-        raise BeamError(f"branch {name!r} is ambiguous: {', '.join(matches)}")
     raise BeamError(f"no branch {name!r} (branches: {known})")
 
 

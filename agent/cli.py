@@ -1,4 +1,4 @@
-"""`steer` commands that need no UI: eval and bench (the agent's commands register here too).
+"""`steer` commands that need no UI: eval and bench here, run/say/ls/status/stop/export from agent.commands.
 
 Exit codes: 0 pass, 1 the candidate failed, 2 usage error, a malformed task or a harness fault.
 """
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from agent import commands
 from agent.harness.result import HARNESS, MODES
 from agent.harness.runner import EvalOptions, evaluate
 from agent.harness.table import format_bench, format_eval
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="candidate files (default: the task's seed candidates)")
     add_eval_options(p)
     p.set_defaults(func=cmd_bench)
+    commands.register(sub)
     parser.set_defaults(func=None)
     parser.steer_commands = sub  # type: ignore[attr-defined]  # console/cli.py adds the UI commands here
     return parser
@@ -110,7 +112,7 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
         return EXIT_ERROR
     try:
         return int(args.func(args))
-    except (UsageError, TaskError) as exc:
+    except (UsageError, TaskError, *commands.ERRORS) as exc:
         print(f"steer: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
