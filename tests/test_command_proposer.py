@@ -1,0 +1,94 @@
+"""The command proposer: a real external process in a git worktree, prompt on stdin, time limit, transcript."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent import events as ev
+from agent.config import RunConfig
+from agent.loop import Agent, prepare_session
+from agent.proposers.base import ProposalContext
+from agent.proposers.command import CommandProposer
+from agent.vcs import SessionRepo
+from fixtures.agent_helpers import TINY, check_record, config, events, of_type, tiny_task
+
+SEED = (TINY / "candidates" / "sleepy.py").read_text()
+
+AGENT_SCRIPT = """
+import pathlib, sys
+prompt = sys.stdin.read()
+pathlib.Path(sys.argv[1]).write_text(prompt)
+f = pathlib.Path("submission.py")
+f.write_text(f.read_text().replace('"delay_us": 1000', '"delay_us": 300'))
+print("thinking...")
+print("cut the delay to 300 us")
+"""
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    repo = SessionRepo.open_or_init(tmp_path / "repo")
+    sha = repo.commit(SEED, "seed\n", repo.root())
+    script = tmp_path / "fake_agent.py"
+    script.write_text(AGENT_SCRIPT)
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def ctx() -> ProposalContext:
+        return ProposalContext(iteration=3, branch="tiny/sleepy", family="sleepy", task_name="tiny",
+                               task_description="Double a vector.", parent_sha=sha, code=SEED, workdir=work,
+                               worktree=lambda path: repo.worktree(sha, path), notes=["be bold"])
+    yield ctx, script, tmp_path
+    repo.close()
+
+
+def proposer(command: str, timeout: float = 30.0) -> CommandProposer:
+    return CommandProposer(RunConfig(proposer="command", command=command, command_timeout_s=timeout))
+
+
+def test_the_command_edits_the_file_in_a_worktree(setup):
+    ctx, script, tmp = setup
+    p = proposer(f"{sys.executable} {script} {tmp / 'prompt.txt'}").propose(ctx())
+    assert p.ok and '"delay_us": 300' in p.code and p.summary == "cut the delay to 300 us"
+    prompt = (tmp / "prompt.txt").read_text()
+    assert "Double a vector." in prompt and "be bold" in prompt and "Edit submission.py" in prompt
+    assert "thinking..." in p.transcript and "----- prompt (stdin) -----" in p.transcript
+    assert not (tmp / "work" / "worktree").exists()
+
+
+def test_time_limit_kills_the_command(setup):
+    ctx, _, _ = setup
+    t0 = time.monotonic()
+    p = proposer("sleep 30", timeout=0.5).propose(ctx())
+    assert not p.ok and "ran past its 0.5 s limit" in p.error and time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("command,expected,transient", [
+    ("true", "left submission.py unchanged", False),
+    ("echo oops; exit 3", "exited with code 3", False),
+    ("no-such-agent-binary-xyz", "exited with code 127", True),
+])
+def test_failures_are_reported(setup, command: str, expected: str, transient: bool):
+    ctx, _, _ = setup
+    p = proposer(command).propose(ctx())
+    assert not p.ok and expected in p.error and p.transient is transient
+
+
+@pytest.mark.slow
+def test_command_proposer_in_the_loop(tmp_path: Path):
+    script = tmp_path / "fake_agent.py"
+    script.write_text(AGENT_SCRIPT)
+    task = tiny_task(tmp_path, seeds=("sleepy",))
+    cfg = config(task, proposer="command", command=f"{sys.executable} {script} {tmp_path / 'prompt.txt'}",
+                 max_iterations=1)
+    s = prepare_session(tmp_path / "sessions", "cmd", cfg)
+    assert Agent(s, cfg).run() == "budget"
+    items = events(s)
+    commit = of_type(items, ev.AttemptCommitted)[0]
+    assert commit.verdict == "accepted" and "cut the delay" in commit.summary
+    assert "thinking..." in (s.dir / "artifacts" / "1" / "transcript.txt").read_text()
+    assert not any((s.dir / "work").rglob("submission.py"))
+    check_record(s)
