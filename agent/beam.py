@@ -98,7 +98,7 @@ def pick_branch(state: SessionState, exclude: Iterable[str] = ()) -> str | None:
 
     With no gains anywhere this is round-robin; a branch with a recent 10% gain runs about
     six times as often as a flat one, and no active branch waits more than max(6, 3 x active
-    branches) iterations.
+    branches) iterations. A branch that is new, forked or resumed runs before any other.
     """
     best: tuple[float, int, str] | None = None
     live = schedulable(state, exclude)
@@ -109,6 +109,8 @@ def pick_branch(state: SessionState, exclude: Iterable[str] = ()) -> str | None:
         priority = (GAIN_FLOOR + recent_gain(b)) * wait
         if wait > starve_after:  # the floor: a branch left waiting this long runs next, whatever the gains
             priority = 1e9 + wait
+        if b.boost:              # new, forked or just resumed: the person wants to see it run
+            priority = 2e9 + wait
         key = (priority, -b.created_seq, b.name)
         if best is None or key > best:
             best = key

@@ -53,6 +53,7 @@ class Branch:
     proposal_fail_streak: int = 0    # consecutive failed proposals (no code to evaluate)
     source: str = ""
     parent_branch: str | None = None
+    boost: bool = True               # new, forked or resumed and not run since: the scheduler runs it first
 
     @property
     def live(self) -> bool:
@@ -187,6 +188,7 @@ class SessionState:
             b.state_reason = e.reason
             if e.state == ACTIVE:
                 b.proposal_fail_streak = 0
+                b.boost = True
             if e.state == KILLED and self.focus == e.branch:
                 self.focus = None
 
@@ -205,6 +207,7 @@ class SessionState:
         b = self.branches.get(e.branch)
         if b is not None:
             b.iterations.append(e.iteration)
+            b.boost = False
         self.attempts.append(a)
         self._by_iteration[e.iteration] = a
         self.activity = f"#{e.iteration} {e.branch}: proposing"

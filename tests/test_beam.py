@@ -170,3 +170,17 @@ def test_fork_from_head_from_an_attempt_and_errors(beam: Beam):
         beam.fork("a@zzz", "x")
     with pytest.raises(BeamError, match="branch name"):
         beam.fork("a", "bad name!")
+
+
+def test_new_forked_and_resumed_branches_run_first():
+    st = make_state("a", "b")
+    attempt(st, "qr/a", "accepted", 50.0)
+    attempt(st, "qr/b", "rejected", 101.0)
+    attempt(st, "qr/a", "accepted", 25.0)                       # a is on a roll
+    assert pick_branch(st) == "qr/a"
+    st.apply(ev.BranchStateChanged(branch="qr/b", state="paused"))
+    st.apply(ev.BranchStateChanged(branch="qr/b", state="active", reason="resumed"))
+    assert pick_branch(st) == "qr/b"
+    attempt(st, "qr/b", "rejected", 101.0)
+    st.apply(ev.BranchCreated(branch="qr/c", family="a", sha="c0", geomean_us=25.0, seq=50))
+    assert pick_branch(st) == "qr/c"
