@@ -86,6 +86,7 @@ class Flight:
     gpu: int | None
     code: str
     proposal: Proposal
+    slot: int
     steering_ids: list[str]
     cancel: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
@@ -156,7 +157,7 @@ class Agent:
             self.emit(ev.ErrorEvent(where="task", message=str(exc), fatal=True))
             return "error", str(exc)
         self.device = resolve_device(self.cfg.device)
-        self.slots: list[int | None] = (self.cfg.gpus or [None]) if self.device == "cuda" else [None]
+        self.slots = self._slots()
         self.repo = SessionRepo.open_or_init(self.session.repo, f"Steer session {self.session.name}: task {self.task.name}")
         started = any(isinstance(e, ev.SessionStarted) for e in prior)
         if not started:
@@ -219,20 +220,20 @@ class Agent:
             self._collect(block=True, abort=abort)
 
     def _fill_slots(self, abort: threading.Event) -> None:
-        for gpu in self.slots:
+        for slot, gpu in enumerate(self.slots):
             if len(self.flights) >= len(self.slots) or self._budget_reached():
                 return
-            if any(f.gpu == gpu for f in self.flights.values()):
+            if any(f.slot == slot for f in self.flights.values()):
                 continue
             busy = {f.branch for f in self.flights.values()}
             branch = self.bench.prefetched_branch(busy) or pick_branch(self.state, exclude=busy)
             if branch is None:
                 return
-            self._start(branch, gpu, abort)
+            self._start(branch, slot, gpu, abort)
             if time.time() < self.backoff_until:
                 return
 
-    def _start(self, branch: str, gpu: int | None, abort: threading.Event) -> None:
+    def _start(self, branch: str, slot: int, gpu: int | None, abort: threading.Event) -> None:
         i = self.state.iteration + 1
         b = self.state.branches[branch]
         parent = b.head_sha
@@ -254,7 +255,7 @@ class Agent:
         if not proposal.transient:
             self.steering.used(directives, i, branch)
         flight = Flight(iteration=i, branch=branch, parent=parent, gpu=gpu, code=proposal.code or "",
-                        proposal=proposal, steering_ids=ids if not proposal.transient else [])
+                        proposal=proposal, slot=slot, steering_ids=ids if not proposal.transient else [])
         if not proposal.ok:
             if abort.is_set():
                 self.commit(flight, "failed", "aborted while proposing", ok=False, error="aborted",
@@ -404,6 +405,12 @@ class Agent:
         write_config(self.session, self.cfg.to_toml())
         self._budget_said = None
         return ", ".join(f"{k.replace('max_', '')}={'none' if v is None else f'{v:g}'}" for k, v in changes.items())
+
+    def _slots(self) -> list[int | None]:
+        """One evaluation at a time per GPU (`--gpus 0,1`: two, each on its own GPU); the CPU has one slot."""
+        if self.device == "cuda":
+            return list(dict.fromkeys(self.cfg.gpus)) or [None]
+        return [None]
 
     def _device_name(self) -> str:
         if self.device == "cuda":

@@ -168,3 +168,29 @@ def test_export_writes_the_best_kernel_and_refuses_stream(tmp_path: Path):
     assert (tmp_path / "out.py").read_text() == "def custom_kernel(d):\n    return d\n"
     r = steer("status", "x", root=root)
     assert r.returncode == 0 and "qr/good" in r.stdout and "pending steering: none" in r.stdout
+
+
+class TwoSlotAgent(Agent):
+    """Two evaluation slots on the CPU: the code path `--gpus 0,1` takes on a GPU machine."""
+
+    def _slots(self) -> list[int | None]:
+        return [None, None]
+
+
+@pytest.mark.slow
+def test_two_evaluations_at_once_keep_the_record_consistent(tmp_path: Path):
+    task = tiny_task(tmp_path, seeds=("sleepy", "steady"))
+    s = prepare_session(tmp_path / "sessions", "par", config(task, max_iterations=4))
+    assert TwoSlotAgent(s).run() == "budget"
+    items = events(s)
+    pos = {id(e): n for n, e in enumerate(items)}
+    started = {e.iteration: e for e in of_type(items, ev.IterationStarted)}
+    committed = {e.iteration: e for e in of_type(items, ev.AttemptCommitted)}
+    # #2 started before #1 was committed, on the other branch: a branch runs on one slot at a time
+    assert pos[id(started[2])] < pos[id(committed[1])]
+    assert started[1].branch != started[2].branch
+    for i in started:
+        others = [j for j in started if j != i and started[j].branch == started[i].branch]
+        for j in others:
+            assert not (pos[id(started[i])] < pos[id(started[j])] < pos[id(committed[i])]), (i, j)
+    check_record(s)
