@@ -1,0 +1,128 @@
+"""Follow a session directory: watchdog wakes a loop that reads only what was appended.
+
+`SessionTail.run` is meant for one background thread. It folds the backlog into a fresh
+ConsoleModel (off the UI thread), hands it over once, then hands over new events in batches.
+A burst of writes is coalesced (a short wait after the first wake-up); a slow poll covers
+file systems where inotify says nothing. Nothing here imports Textual.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from agent.events import Event
+from agent.session import EventReader, Session, lock_holder, read_inbox
+from console.model import ConsoleModel
+
+try:
+    from watchdog.events import FileSystemEvent, FileSystemEventHandler
+    from watchdog.observers import Observer
+except ImportError:  # pragma: no cover - watchdog is a dependency; polling still works without it
+    Observer = None  # type: ignore[assignment,misc]
+    FileSystemEventHandler = object  # type: ignore[assignment,misc]
+
+
+class _Wake(FileSystemEventHandler):  # type: ignore[misc,valid-type]
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__()
+        self.event = event
+
+    def on_any_event(self, event: "FileSystemEvent") -> None:
+        self.event.set()
+
+
+@dataclass
+class TailCallbacks:
+    """Called from the tail thread; a UI must only post messages from these."""
+    loaded: Callable[[ConsoleModel, float], None]        # the folded backlog, seconds it took
+    events: Callable[[list[Event]], None]
+    inbox: Callable[[list[dict[str, Any]]], None]
+    holder: Callable[[int | None], None]
+    gone: Callable[[str], None]
+
+
+class SessionTail:
+    def __init__(self, session: Session, callbacks: TailCallbacks, since_seq: int | None = None,
+                 debounce: float = 0.03, poll: float = 1.0, batch: int = 5000) -> None:
+        self.session = session
+        self.cb = callbacks
+        self.since_seq = since_seq
+        self.debounce, self.poll, self.batch = debounce, poll, batch
+        self.wake = threading.Event()
+        self.reader = EventReader(session.events_path)
+        self.inbox_offset = 0
+        self._holder: int | None = None
+
+    def load(self) -> ConsoleModel:
+        """Fold everything written so far (streaming: the backlog is never held in memory)."""
+        model = ConsoleModel(self.since_seq)
+        while batch := self.reader.read_new(limit=self.batch):
+            model.apply(batch)
+        records, self.inbox_offset = read_inbox(self.session, 0)
+        model.add_inbox(r for r, _ in records)
+        model.holder = self._holder = self.session.holder()
+        model.live = True
+        return model
+
+    def run(self, stop: threading.Event) -> None:
+        observer = self._watch()
+        try:
+            t0 = time.perf_counter()
+            model = self.load()
+            self.cb.loaded(model, time.perf_counter() - t0)
+            while not stop.is_set():
+                if self.wake.wait(self.poll):
+                    self.wake.clear()
+                    stop.wait(self.debounce)     # let a burst finish: one read, one repaint
+                if stop.is_set():
+                    break
+                why = self._gone()
+                if why:
+                    self.cb.gone(why)
+                    break
+                self.step()
+        finally:
+            if observer is not None:
+                try:
+                    observer.stop()
+                    observer.join(timeout=1.0)
+                except Exception:  # noqa: BLE001 - a dying watcher must not take the console down
+                    pass
+
+    def step(self) -> None:
+        """Read what was appended since the last step and report it."""
+        while batch := self.reader.read_new(limit=self.batch):
+            self.cb.events(batch)
+        records, self.inbox_offset = read_inbox(self.session, self.inbox_offset)
+        if records:
+            self.cb.inbox([r for r, _ in records])
+        holder = lock_holder(self.session.lock_path)
+        if holder != self._holder:
+            self._holder = holder
+            self.cb.holder(holder)
+
+    def _gone(self) -> str:
+        path = self.session.events_path
+        if not self.session.dir.is_dir():
+            return f"the session directory {self.session.dir} was deleted"
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return f"{path} was deleted"
+        if size < self.reader.offset:
+            return f"{path} shrank from {self.reader.offset} to {size} bytes (replaced or truncated)"
+        return ""
+
+    def _watch(self) -> Any:
+        if Observer is None:
+            return None
+        try:
+            observer = Observer()
+            observer.daemon = True
+            observer.schedule(_Wake(self.wake), str(self.session.dir), recursive=False)
+            observer.start()
+            return observer
+        except Exception:  # noqa: BLE001 - e.g. inotify watch limit reached: the poll still works
+            return None
