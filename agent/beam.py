@@ -209,8 +209,7 @@ class Beam:
         us, se = src.best_us, src.best_se_us
         if not at:
             sha = src.head_sha
-        elif at.isdigit() and self.state.attempt(int(at)) is not None:
-            attempt = self.state.attempt(int(at))
+        elif at.isdigit() and (attempt := self.state.attempt(int(at))) is not None:
             sha = self.repo.attempt(int(at)) or attempt.sha
             if not sha:
                 raise BeamError(f"attempt #{at} has no commit yet")

@@ -107,6 +107,7 @@ class Agent:
         self.repo: SessionRepo | None = None
         self.flights: dict[int, Flight] = {}
         self.iterations_run = 0
+        self._budget_said = ""        # the budget kind last reported, so BudgetReached is emitted once
 
     # -- events ------------------------------------------------------------------------------
     def emit(self, event: ev.Event) -> ev.Event:
@@ -393,7 +394,7 @@ class Agent:
                   ("hours", c.max_hours, hours), ("cost", c.max_cost, self.state.cost_usd)]
         for kind, limit, value in checks:
             if limit is not None and value >= limit:
-                if getattr(self, "_budget_said", None) != kind:
+                if self._budget_said != kind:
                     self._budget_said = kind
                     self.emit(ev.BudgetReached(kind=kind, limit=float(limit), value=round(value, 4)))
                 return "budget", f"{kind} {value:g} >= {limit:g}"
@@ -403,7 +404,7 @@ class Agent:
         for name, value in changes.items():
             setattr(self.cfg, name, value)
         write_config(self.session, self.cfg.to_toml())
-        self._budget_said = None
+        self._budget_said = ""
         return ", ".join(f"{k.replace('max_', '')}={'none' if v is None else f'{v:g}'}" for k, v in changes.items())
 
     def _slots(self) -> list[int | None]:

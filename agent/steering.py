@@ -118,7 +118,7 @@ class Steering:
         records, _ = read_inbox(self.session, self.offset)
         for rec, end in records:
             text, target = str(rec["text"]), rec.get("target") or None
-            scope = rec.get("scope") if rec.get("scope") in ("once", "standing") else "once"
+            scope = str(rec.get("scope")) if rec.get("scope") in ("once", "standing") else "once"
             kind = "command" if text.startswith("/") else "prompt"
             if text.startswith("/standing ") and text[len("/standing "):].strip():
                 scope = "standing"
@@ -191,10 +191,11 @@ class Steering:
             if not one or len(args) > 1:
                 raise SteeringError(f"usage: {name} BRANCH")
             branch = resolve_branch(self.state, one)
-            method = {"/pause": self.beam.pause, "/resume": self.beam.resume, "/kill": self.beam.kill}[name]
             if name == "/pause":
                 return self.beam.pause(branch, reason="paused by steering", steering_id=sid), branch
-            return method(branch, steering_id=sid), branch
+            if name == "/resume":
+                return self.beam.resume(branch, steering_id=sid), branch
+            return self.beam.kill(branch, steering_id=sid), branch
         if name == "/focus":
             return self.beam.focus(one if one else None, steering_id=sid), one
         if name == "/unfocus":

@@ -56,7 +56,7 @@ def test_the_command_edits_the_file_in_a_worktree(setup):
     prompt = (tmp / "prompt.txt").read_text()
     assert "Double a vector." in prompt and "be bold" in prompt and "Edit submission.py" in prompt
     assert "thinking..." in p.transcript and "----- prompt (stdin) -----" in p.transcript
-    assert not (tmp / "work" / "worktree").exists()
+    assert not list((tmp / "work").glob("worktree*"))
 
 
 def test_time_limit_kills_the_command(setup):

@@ -10,7 +10,6 @@ import pytest
 
 from agent import events as ev
 from agent.beam import Beam
-from agent.config import RunConfig
 from agent.loop import Agent, prepare_session
 from agent.proposers.tune import coerce, read_knobs
 from agent.session import EventLog, append_inbox, create_session

@@ -35,7 +35,8 @@ class CommandProposer:
         if ctx.worktree is None or ctx.workdir is None:
             return Proposal(None, error="no worktree available for the command proposer", transient=True)
         prompt = build_prompt(ctx, self.cfg.history, for_command=True)
-        path = ctx.workdir / "worktree"
+        # unique: a discarded prefetch for the same iteration may still be tearing its own down
+        path = ctx.workdir / f"worktree-{time.time_ns()}"
         with ctx.worktree(path) as wt:
             output, code, status = self._run(Path(wt), prompt, cancel)
             target = Path(wt) / CANDIDATE_FILE
@@ -67,7 +68,7 @@ class CommandProposer:
 
         def drain() -> None:
             assert proc.stdout is not None
-            while chunk := proc.stdout.read1(65536):
+            while chunk := proc.stdout.read1(65536):  # type: ignore[attr-defined]  # a BufferedReader
                 size[0] += len(chunk)
                 chunks.append(chunk)
                 while sum(len(c) for c in chunks) > OUTPUT_LIMIT and len(chunks) > 1:

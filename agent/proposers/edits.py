@@ -58,7 +58,8 @@ def parse_blocks(reply: str) -> tuple[list[Edit], str | None]:
 def fenced_blocks(reply: str) -> list[tuple[str, str]]:
     """(language, body) of every fenced block."""
     out: list[tuple[str, str]] = []
-    lang, body = None, []
+    lang: str | None = None
+    body: list[str] = []
     for line in reply.splitlines():
         m = FENCE_RE.match(line.strip()) if line.strip().startswith("```") else None
         if lang is None:

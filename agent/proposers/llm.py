@@ -92,8 +92,7 @@ class LlmProposer:
                 if attempt < self.cfg.llm_retries:
                     wait = min(MAX_BACKOFF_S, self.cfg.llm_backoff_s * 2 ** attempt) * (0.8 + 0.4 * rng.random())
                     log.append(f"retrying in {wait:.1f} s")
-                    if cancel.wait(wait):
-                        continue
+                    cancel.wait(wait)   # returns early on abort; the loop's top then reports it
         if response is None:
             return Proposal(None, error=f"endpoint failed {self.cfg.llm_retries + 1} times; last: {last_error}",
                             transcript="\n".join(log), transient=True, duration_s=time.monotonic() - started)
