@@ -68,9 +68,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop, abort = threading.Event(), threading.Event()
     _install_signals(stop, abort)
     agent = Agent(session, cfg, echo=lambda line: print(line, flush=True))
+    agent.stop_reason = "signal"     # here only SIGINT/SIGTERM (`steer stop`) set `stop`
     print(f"session {session.name} in {session.dir}", flush=True)
     reason = agent.run(stop=stop, abort=abort, mode=getattr(args, "run_mode", None) or "headless")
-    return 0 if reason in ("budget", "stop", "finished") else 1
+    return 0 if reason in ("budget", "stop", "signal", "finished") else 1
 
 
 def _install_signals(stop: threading.Event, abort: threading.Event) -> None:

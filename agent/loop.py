@@ -108,6 +108,7 @@ class Agent:
         self.flights: dict[int, Flight] = {}
         self.iterations_run = 0
         self._budget_said = ""        # the budget kind last reported, so BudgetReached is emitted once
+        self.stop_reason = "stop"     # what agent_stopped says when `stop` ends the run; a console may set "handoff"
 
     # -- events ------------------------------------------------------------------------------
     def emit(self, event: ev.Event) -> ev.Event:
@@ -199,8 +200,10 @@ class Agent:
             if len(self.flights) < len(self.slots):
                 self.steering.drain()
                 stopping = stopping or self._budget_reached()
-                if stop.is_set() or self.steering.stop_requested:
-                    stopping = stopping or ("stop", "")
+                if stop.is_set():
+                    stopping = stopping or (self.stop_reason, "")
+                elif self.steering.stop_requested:
+                    stopping = stopping or ("stop", "asked by /stop")
             if stopping is not None:
                 if not self.flights:
                     self.bench.drop_prefetch()

@@ -43,8 +43,8 @@ def test_detach_refuses_a_second_agent_and_stops(tmp_path: Path):
     out = steer("stop", "bg", root=root)
     assert out.returncode == 0 and "stopped the agent of bg" in out.stdout, out.stdout
     stopped = of_type(events(s), ev.AgentStopped)
-    assert stopped and stopped[-1].reason == "stop"
-    assert s.holder() is None and "agent stopped: stop" in s.log_path.read_text()
+    assert stopped and stopped[-1].reason == "signal"
+    assert s.holder() is None and "agent stopped: signal" in s.log_path.read_text()
     check_record(s)
 
 
