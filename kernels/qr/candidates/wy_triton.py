@@ -64,17 +64,23 @@ if triton is not None:
             xb = tl.where(below, cj, 0.0)
             alpha, ssq, amax = tl.reduce((tl.where(rows == j, cj, 0.0), xb * xb, tl.abs(xb)), 0, _sum_sum_max)
             live = amax > 0.0
+            # The reflector is computed from x / sc, so v, tau and beta / sc are O(1) whatever the
+            # column's scale (rounding-noise columns shrink toward denormals in rank-deficient
+            # matrices); sc = 1 when the plain sum of squares is safe.
             if (ssq < 1e-20) | (ssq > 1e30) | (tl.abs(alpha) > 1e15):
                 sc = tl.where(live, tl.maximum(amax, tl.abs(alpha)), 1.0)
                 xs = xb / sc
                 an = alpha / sc
-                nrm = sc * tl.sqrt(an * an + tl.sum(xs * xs, axis=0))
+                nrm = tl.sqrt(an * an + tl.sum(xs * xs, axis=0))
             else:
+                sc = amax * 0.0 + 1.0
+                an = alpha
                 nrm = tl.sqrt(alpha * alpha + ssq)
-            beta = tl.where(alpha >= 0.0, -nrm, nrm)
-            denom = tl.where(live, alpha - beta, 1.0)
-            tau = tl.where(live, (beta - alpha) / tl.where(live, beta, 1.0), 0.0)
-            v = tl.where(below, cj / denom, tl.where(rows == j, 1.0, 0.0))
+            bs = tl.where(an >= 0.0, -nrm, nrm)
+            dn = tl.where(live, an - bs, 1.0)
+            tau = tl.where(live, (bs - an) / tl.where(live, bs, 1.0), 0.0)
+            beta = bs * sc
+            v = tl.where(below, (cj / sc) / dn, tl.where(rows == j, 1.0, 0.0))
             # w[c] = v' p[:, c]: the update of columns > j, and for c < j the column (V' v) of T
             w = tl.sum(v[:, None] * p, axis=0)
             newc = tl.where(below, v, tl.where(rows == j, tl.where(live, beta, alpha), cj))
@@ -169,17 +175,19 @@ def _panel_torch(a, tau, k0, w):
     """Householder QR of a[:, k0:, k0:k0+w] in place, column by column (LAPACK slarfg signs)."""
     for j in range(k0, k0 + w):
         x = a[:, j:, j]
-        alpha = x[:, 0]
-        amax = x[:, 1:].abs().amax(dim=1) if x.shape[1] > 1 else torch.zeros_like(alpha)
+        alpha, tail = x[:, 0], x[:, 1:]
+        amax = tail.abs().amax(dim=1) if tail.shape[1] else torch.zeros_like(alpha)
         live = amax > 0
+        # v, tau and beta / sc from x / sc: O(1) and consistent whatever the column's scale
         sc = torch.where(live, torch.maximum(amax, alpha.abs()), 1.0)
-        xn = torch.linalg.vector_norm(x[:, 1:] / sc.unsqueeze(1), dim=1) * sc
-        beta = torch.copysign(torch.hypot(alpha, xn), -alpha)
-        denom = alpha - beta
-        t = torch.where(live, -denom / beta, 0.0)
-        x[:, 1:] *= torch.where(live, 1.0 / denom, 0.0).unsqueeze(1)
+        xs = tail / sc.unsqueeze(1)
+        an = alpha / sc
+        bs = torch.copysign(torch.hypot(an, torch.linalg.vector_norm(xs, dim=1)), -an)
+        dn = torch.where(live, an - bs, 1.0)
+        t = torch.where(live, (bs - an) / torch.where(live, bs, 1.0), 0.0)
+        tail.copy_(torch.where(live.unsqueeze(1), xs / dn.unsqueeze(1), tail))
         tau[:, j] = t
-        beta = torch.where(live, beta, alpha)
+        beta = torch.where(live, bs * sc, alpha)
         if j + 1 < k0 + w:
             x[:, 0] = 1.0
             c = a[:, j:, j + 1:k0 + w]

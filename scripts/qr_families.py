@@ -1,0 +1,201 @@
+"""Check and time the qr candidate families in one go (meant for one call on the GPU machine).
+
+    python3 scripts/qr_families.py [--families wy_blocked,wy_triton,...] [--time] [--out DIR]
+
+Each family runs in its own subprocess (a CUDA fault in one cannot poison the others) and is
+checked with kernels/qr/reference.py's per-matrix checker on: the 22 tests, the 12 benchmarks,
+the special matrices (`special_inputs`) and dense cond-8 matrices at sizes n = 1..4096. With
+--time, each benchmark is timed the GPU MODE way in miniature (fresh clone per call, L2 flushed,
+CUDA events; a few repeats), which is a quick look, not the official `steer bench` number.
+The last lines printed are a short table; JSON details go to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QR = ROOT / "kernels" / "qr"
+FAMILIES = ("wy_blocked", "wy_triton", "cholqr", "superpanel")
+# torch.geqrf on the H200, µs (BENCHMARKS.md, harness section): only for a quick ratio here.
+GEQRF_US = (280.9, 15227, 39969, 995764, 228182, 71748, 45809, 994651, 227926, 981951, 995716, 228183)
+SIZES_GPU = (1, 2, 3, 5, 8, 16, 17, 31, 33, 64, 65, 100, 127, 129, 200, 257, 300, 513, 1000, 1025, 2049, 4095)
+
+
+def special_inputs(device, sizes=(1, 5, 40, 300)):
+    """(name, tensor) pairs: the special matrices of issue 5 at the given sizes."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(1234)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
+    out = []
+    for n in sizes:
+        out.append((f"zero n={n}", torch.zeros(2, n, n, device=device)))
+        out.append((f"identity n={n}", torch.eye(n, device=device).repeat(2, 1, 1)))
+        out.append((f"minus-identity n={n}", -torch.eye(n, device=device).repeat(1, 1, 1)))
+        out.append((f"upper n={n}", torch.triu(randn(2, n, n))))
+        dup = randn(2, n, n)
+        dup[:, :, n // 2:] = dup[:, :, :1]
+        out.append((f"duplicate-columns n={n}", dup))
+        out.append((f"all-columns-equal n={n}", randn(2, n, 1).repeat(1, 1, n)))
+        out.append((f"tiny-1e-30 n={n}", randn(2, n, n) * 1e-30))
+        out.append((f"huge-1e30 n={n}", randn(2, n, n) * 1e30))
+        scales = torch.tensor([1e-30, 1.0, 1e30], device=device).view(3, 1, 1)
+        out.append((f"batch-of-1e-30/1/1e30 n={n}", randn(3, n, n) * scales))
+        out.append((f"non-contiguous n={n}", randn(2, n, n).transpose(1, 2)))
+        out.append((f"batch-1 n={n}", randn(1, n, n)))
+        first_zero = randn(2, n, n)
+        first_zero[:, :, 0] = 0
+        out.append((f"zero-first-column n={n}", first_zero))
+        out.append((f"rank-1 n={n}", randn(2, n, 1) @ randn(2, 1, n)))
+        tiny_entries = randn(2, n, n)
+        tiny_entries[:, n // 2:, :] *= 1e-30
+        out.append((f"rows-near-1e-30 n={n}", tiny_entries))
+    return out
+
+
+def load_candidate(path: Path, name: str | None = None):
+    spec = importlib.util.spec_from_file_location(name or f"cand_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ----------------------------------------------------------------------------------- child
+def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path) -> None:
+    import torch
+    import yaml
+
+    sys.path.insert(0, str(QR))
+    import reference as ref
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    doc = yaml.safe_load((QR / "task.yml").read_text())
+    mod = load_candidate(path)
+    rec = {"family": path.stem, "checks": [], "bench": []}
+
+    def check(label, a, kind):
+        t0 = time.perf_counter()
+        try:
+            out = mod.custom_kernel(a.clone())
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            ok, msg = ref.check_implementation(a, out)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            ok, msg = False, f"{type(exc).__name__}: {exc}"[:400]
+        rec["checks"].append({"kind": kind, "case": label, "ok": bool(ok), "msg": msg,
+                              "first_call_s": round(time.perf_counter() - t0, 3)})
+        if not ok:
+            print(f"  FAIL {path.stem} {kind} {label}: {msg}", flush=True)
+
+    on_gpu = dev.type == "cuda"
+    suites = {"tests": doc["tests"], "benchmarks": doc["benchmarks"]} if on_gpu else \
+        {"tests": doc["steer"]["cpu_tests"], "benchmarks": doc["steer"]["cpu_benchmarks"]}
+    for kind, specs in suites.items():
+        for spec in specs:
+            label = f"{spec['case']} {spec['batch']}x{spec['n']} c{spec['cond']}"
+            check(label, ref.generate_input(**spec), kind)
+    for label, a in special_inputs(dev):
+        check(label, a, "special")
+    for n in sizes:
+        check(f"dense c8 {2 if n < 2048 else 1}x{n}", ref.generate_input(2 if n < 2048 else 1, n, 8, 900 + n), "size")
+    if hasattr(mod, "STATS"):
+        rec["stats"] = dict(mod.STATS)
+
+    if do_time and dev.type == "cuda":
+        flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device=dev)
+        for spec in doc["benchmarks"]:
+            data = [ref.generate_input(**{**spec, "seed": spec["seed"] + 7 * i}) for i in range(2)]
+            mod.custom_kernel(data[0].clone())
+            times, spent, reps = [], 0.0, 0
+            while reps < 3 or (spent < 0.5 and reps < 30):
+                a = data[reps % 2].clone()
+                flush.fill_(reps)
+                torch.cuda.synchronize()
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                mod.custom_kernel(a)
+                e1.record()
+                e1.synchronize()
+                ms = e0.elapsed_time(e1)
+                times.append(ms * 1e3)
+                spent += ms / 1e3
+                reps += 1
+            times.sort()
+            rec["bench"].append({"case": f"{spec['case']} {spec['batch']}x{spec['n']}",
+                                 "median_us": times[len(times) // 2], "min_us": times[0], "reps": reps})
+            del data
+            torch.cuda.empty_cache()
+    out_json.write_text(json.dumps(rec, indent=1))
+
+
+# ----------------------------------------------------------------------------------- parent
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--time", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/qr_families"))
+    ap.add_argument("--timeout", type=float, default=400.0, help="seconds per family")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES_GPU)))
+    args = ap.parse_args()
+    sizes = tuple(int(s) for s in args.sizes.split(",") if s)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.one:
+        run_one(Path(args.one), args.time, sizes, out / f"{Path(args.one).stem}.json")
+        return 0
+
+    recs = []
+    for fam in args.families.split(","):
+        path = QR / "candidates" / f"{fam}.py"
+        cmd = [sys.executable, __file__, "--one", str(path), "--out", str(out), "--sizes", args.sizes]
+        cmd += ["--time"] if args.time else []
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, timeout=args.timeout, capture_output=True, text=True)
+            err = proc.stderr[-3000:] if proc.returncode else ""
+            sys.stdout.write(proc.stdout)
+        except subprocess.TimeoutExpired as exc:
+            err = f"timeout after {args.timeout} s; partial stdout: {(exc.stdout or b'')[-1500:]!r}"
+        (out / f"{fam}.log").write_text(err)
+        path_json = out / f"{fam}.json"
+        rec = json.loads(path_json.read_text()) if path_json.exists() and not err else {"family": fam, "error": err}
+        rec["wall_s"] = round(time.perf_counter() - t0, 1)
+        recs.append(rec)
+        if err:
+            print(f"{fam}: ERROR {err[-1500:]}", flush=True)
+
+    print("\nfamily        checks  failed  wall_s  " + ("geomean_us  x(geqrf recorded)" if args.time else ""))
+    for rec in recs:
+        checks = rec.get("checks", [])
+        failed = [c for c in checks if not c["ok"]]
+        line = f"{rec['family']:<13} {len(checks):>6}  {len(failed):>6}  {rec['wall_s']:>6}"
+        bench = rec.get("bench", [])
+        if bench and len(bench) == len(GEQRF_US):
+            gm = math.exp(sum(math.log(b["median_us"]) for b in bench) / len(bench))
+            base = math.exp(sum(math.log(x) for x in GEQRF_US) / len(GEQRF_US))
+            line += f"  {gm:>10.1f}  {base / gm:>6.1f}x"
+        print(line + (f"  stats={rec['stats']}" if rec.get("stats") else ""))
+    if any(r.get("bench") for r in recs):
+        names = [b["case"] for b in next(r for r in recs if r.get("bench"))["bench"]]
+        print("\ncase".ljust(22) + "".join(f"{r['family'][:11]:>12}" for r in recs) + "   geqrf(rec)")
+        for i, name in enumerate(names):
+            cells = "".join(f"{r['bench'][i]['median_us']:>12.1f}" if len(r.get("bench", [])) > i else f"{'-':>12}"
+                            for r in recs)
+            print(f"{name:<21}{cells}   {GEQRF_US[i]:>9}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
