@@ -168,7 +168,8 @@ def main() -> int:
             sys.stdout.write(proc.stdout)
         except subprocess.TimeoutExpired as exc:
             err = f"timeout after {args.timeout} s; partial stdout: {(exc.stdout or b'')[-1500:]!r}"
-        (out / f"{fam}.log").write_text(err)
+        if err:
+            (out / f"{fam}.log").write_text(err)
         path_json = out / f"{fam}.json"
         rec = json.loads(path_json.read_text()) if path_json.exists() and not err else {"family": fam, "error": err}
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
