@@ -58,15 +58,15 @@ class SteerApp(App[str | None]):
         self.main = MainScreen()
         self._since = self.seen.last_seen(session.dir)
         self._stop, self._abort = threading.Event(), threading.Event()
-        self._closing = False
+        self._leaving = False
         self._dirty = True
         self._painted_clock = 0.0
         self._quitting = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def on_mount(self) -> None:
-        self._loop = asyncio.get_running_loop()     # for signal handlers (SIGHUP), which must not touch widgets
+        self._event_loop = asyncio.get_running_loop()     # for signal handlers (SIGHUP), which must not touch widgets
         self.push_screen(self.main)
         self.set_interval(PAINT_EVERY, self._paint)
         self.set_interval(30.0, self._save_seen)
@@ -120,7 +120,7 @@ class SteerApp(App[str | None]):
                 self.notify(f"the agent failed: {event.worker.error}", title="Agent", severity="error", timeout=30)
             if self._quitting:
                 self._leave()
-        elif group == "tail" and state == WorkerState.ERROR and not self._closing:
+        elif group == "tail" and state == WorkerState.ERROR and not self._leaving:
             self.model.gone = f"reading the session failed: {event.worker.error}"
             self._dirty = True
 
@@ -225,7 +225,7 @@ class SteerApp(App[str | None]):
             self._leave()
 
     def _leave(self) -> None:
-        self._closing = True
+        self._leaving = True
         self._save_seen()
         self.exit(self.agent_result)
 

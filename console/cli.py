@@ -95,7 +95,7 @@ def cmd_run_console(args: argparse.Namespace) -> int:
 def _hand_over_on_hangup(app: Any) -> None:
     """A dropped SSH connection sends SIGHUP: hand the run to a detached agent instead of losing it."""
     def hangup(signum: int, frame: object) -> None:
-        loop = getattr(app, "_loop", None)
+        loop = getattr(app, "_event_loop", None)
         if loop is not None:
             loop.call_soon_threadsafe(app.hang_up)
     if hasattr(signal, "SIGHUP"):

@@ -91,8 +91,8 @@ def demo_events(attempts: int = 40, seed: int = 7, stopped: bool = True, results
                                 ref=branch if verdict == "accepted" else f"refs/attempts/{i}"), 1)
         if i in steer_at:
             add(ev.SteeringApplied(id=steer_at[i][0], iteration=i, branch=branch), 0.1)
-        if since[branch] == 8:
-            add(ev.PlateauDetected(branch=branch, attempts_since_gain=8, minutes_since_gain=8 * step_s / 60 * 3,
+        if since[branch] == 5:
+            add(ev.PlateauDetected(branch=branch, attempts_since_gain=5, minutes_since_gain=5 * step_s / 60 * 3,
                                    best_us=best[branch]), 0.1)
         if i == max(4, attempts * 3 // 4):
             add(ev.SteeringReceived(id="s0000003", text="/pause qr/nope", kind="command"), 0.1)

@@ -21,7 +21,7 @@ TABS = ("diff", "cases", "errors", "transcript")
 
 
 class DetailScreen(Screen[None]):
-    CSS_PATH = "detail.tcss"
+    CSS_PATH = "../detail.tcss"  # console/*.tcss: shipped as package data
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back", id="detail-back", tooltip="Back to the main screen"),
         Binding("1", "tab('diff')", "Diff", id="detail-diff", tooltip="The change against the parent commit"),
@@ -85,11 +85,12 @@ class DetailScreen(Screen[None]):
         table = self.query_one("#cases-table", DataTable)
         table.add_columns("kind", "case", "pass", "mean µs", "± std", "best µs", "runs", "message")
         for c in d.cases:
-            table.add_row(c.get("kind", ""), spec_text(c.get("spec")), "✓" if c.get("passed") else "✗",
-                          fmt.us(c.get("mean_us")), fmt.us(c.get("std_us")), fmt.us(c.get("best_us")),
-                          str(c.get("runs", "")), fmt.short(str(c.get("message", "")), 80))
+            table.add_row(Text(str(c.get("kind", ""))), Text(spec_text(c.get("spec"))),
+                          "✓" if c.get("passed") else "✗", fmt.us(c.get("mean_us")), fmt.us(c.get("std_us")),
+                          fmt.us(c.get("best_us")), str(c.get("runs", "")),
+                          Text(fmt.short(str(c.get("message", "")), 80)))
         if not d.cases:
-            table.add_row("", d.result_note or "no per-case results", "", "", "", "", "", "")
+            table.add_row("", Text(d.result_note or "no per-case results"), "", "", "", "", "", "")
         self.query_one("#errors-body", Static).update(self._errors(d))
         self.query_one("#transcript-body", Static).update(
             Text(d.transcript) if d.transcript else Text(d.transcript_note, style="italic"))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,7 +16,7 @@ BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,63}$")
 
 class ForkDialog(ModalScreen[str | None]):
     """Ask for the new branch's name; returns it, or None when cancelled."""
-    CSS_PATH = "dialogs.tcss"
+    CSS_PATH = "../dialogs.tcss"  # console/*.tcss: shipped as package data
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="fork-cancel", tooltip="Do not fork")]
 
     def __init__(self, branch: str) -> None:
@@ -24,7 +25,7 @@ class ForkDialog(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(f"Fork [b]{self.branch}[/b] as:")
+            yield Label(Text.assemble("Fork ", (self.branch, "bold"), " as:"))
             yield Input(placeholder="new branch name (Enter forks, Escape cancels)", id="fork-name",
                         compact=True)
             yield Label("", id="fork-error", classes="error")
@@ -40,7 +41,7 @@ class ForkDialog(ModalScreen[str | None]):
 
 class ConfirmDialog(ModalScreen[bool]):
     """Yes/no; `y` or Enter on Yes confirms, `n` or Escape declines."""
-    CSS_PATH = "dialogs.tcss"
+    CSS_PATH = "../dialogs.tcss"  # console/*.tcss: shipped as package data
     BINDINGS = [
         Binding("y", "dismiss(True)", "Yes", id="confirm-yes", tooltip="Confirm"),
         Binding("n,escape", "dismiss(False)", "No", id="confirm-no", tooltip="Cancel"),
@@ -52,7 +53,7 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question)
+            yield Label(Text(self.question))
             with Horizontal(classes="buttons"):
                 yield Button("No (n)", id="no", variant="primary", compact=True)
                 yield Button("Yes (y)", id="yes", variant="error", compact=True)
@@ -67,7 +68,7 @@ class ConfirmDialog(ModalScreen[bool]):
 
 class QuitDialog(ModalScreen[str | None]):
     """In `steer run`: stop the agent, or keep it running detached. Returns "stop", "keep" or None."""
-    CSS_PATH = "dialogs.tcss"
+    CSS_PATH = "../dialogs.tcss"  # console/*.tcss: shipped as package data
     BINDINGS = [
         Binding("s", "dismiss('stop')", "Stop agent", id="quit-stop", tooltip="Stop the agent and quit"),
         Binding("k", "dismiss('keep')", "Keep running", id="quit-keep",

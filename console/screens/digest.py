@@ -12,7 +12,7 @@ from console.digest import Digest
 
 
 class DigestScreen(ModalScreen[None]):
-    CSS_PATH = "digest.tcss"
+    CSS_PATH = "../digest.tcss"  # console/*.tcss: shipped as package data
     BINDINGS = [
         Binding("escape,enter,space,q", "dismiss", "Dismiss", id="digest-dismiss", tooltip="Back to the console"),
     ]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -31,17 +32,17 @@ KEYS = (
 
 
 class HelpScreen(ModalScreen[None]):
-    CSS_PATH = "help.tcss"
+    CSS_PATH = "../help.tcss"  # console/*.tcss: shipped as package data
     BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close", id="help-close", tooltip="Close help")]
 
     def compose(self) -> ComposeResult:
         keys = Table(title="Keys", title_justify="left", show_header=False, box=None, padding=(0, 2))
         for key, what in KEYS:
-            keys.add_row(f"[b]{key}[/b]", what)
+            keys.add_row(Text(key, style="bold"), what)
         cmds = Table(title="Steering commands (type them in the prompt)", title_justify="left",
                      show_header=False, box=None, padding=(0, 2))
         for usage, what in SLASH_COMMANDS.values():
-            cmds.add_row(f"[b]{usage}[/b]", what)
+            cmds.add_row(Text(usage, style="bold"), what)
         with VerticalScroll(id="help-body"):
             yield Static(keys)
             yield Static(cmds)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class MainScreen(Screen[None]):
-    CSS_PATH = "main.tcss"
+    CSS_PATH = "../main.tcss"  # console/*.tcss: shipped as package data
     COMMANDS = {MainCommands}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]

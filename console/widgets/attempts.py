@@ -43,11 +43,11 @@ class AttemptsLog(DataTable[Text | str]):
         for a in rows:
             self.add_row(
                 str(a.iteration),
-                fmt.short(a.branch, 18),
+                Text(fmt.short(a.branch, 18)),
                 Text(f"{fmt.VERDICT_MARK.get(a.verdict, '?')} {a.verdict}", style=VERDICT_STYLE.get(a.verdict, "")),
                 fmt.us(a.geomean_us),
                 fmt.speedup(a.speedup),
-                fmt.short(a.summary or a.message, 120),
+                Text(fmt.short(a.summary or a.message, 120)),
                 key=str(a.iteration),
             )
         if not follow and keep is not None:

@@ -53,7 +53,7 @@ class BeamTable(DataTable[Text | str]):
             since = str(b.since_gain) + (" ≈" if b.plateau else "")
             self.add_row(
                 name,
-                fmt.short(b.family, 14),
+                Text(fmt.short(b.family, 14)),
                 Text(b.state, style=STATE_STYLE.get(b.state, "")),
                 fmt.us(b.best_us),
                 fmt.speedup(sp),
