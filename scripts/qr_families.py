@@ -72,7 +72,8 @@ def load_candidate(path: Path, name: str | None = None):
 
 
 # ----------------------------------------------------------------------------------- child
-def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path) -> None:
+def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path, overrides: dict | None = None,
+            checks: bool = True, profile: bool = False) -> None:
     import torch
     import yaml
 
@@ -82,7 +83,8 @@ def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path) -
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     doc = yaml.safe_load((QR / "task.yml").read_text())
     mod = load_candidate(path)
-    rec = {"family": path.stem, "checks": [], "bench": []}
+    mod.CONFIG.update(overrides or {})
+    rec = {"family": path.stem, "config": dict(mod.CONFIG), "checks": [], "bench": []}
 
     def check(label, a, kind):
         t0 = time.perf_counter()
@@ -102,40 +104,62 @@ def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path) -
     suites = {"tests": doc["tests"], "benchmarks": doc["benchmarks"]} if on_gpu else \
         {"tests": doc["steer"]["cpu_tests"], "benchmarks": doc["steer"]["cpu_benchmarks"]}
     for kind, specs in suites.items():
-        for spec in specs:
+        for spec in (specs if checks or kind == "benchmarks" else []):
             label = f"{spec['case']} {spec['batch']}x{spec['n']} c{spec['cond']}"
             check(label, ref.generate_input(**spec), kind)
-    for label, a in special_inputs(dev):
+    for label, a in special_inputs(dev) if checks else []:
         check(label, a, "special")
-    for n in sizes:
+    for n in sizes if checks else []:
         check(f"dense c8 {2 if n < 2048 else 1}x{n}", ref.generate_input(2 if n < 2048 else 1, n, 8, 900 + n), "size")
     if hasattr(mod, "STATS"):
         rec["stats"] = dict(mod.STATS)
 
     if do_time and dev.type == "cuda":
+        # As the harness does: k = clamp(256 MiB / input bytes, 1, 50) calls between two events,
+        # L2 flushed before each repeat, fresh clones for every call.
         flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device=dev)
         for spec in doc["benchmarks"]:
-            data = [ref.generate_input(**{**spec, "seed": spec["seed"] + 7 * i}) for i in range(2)]
-            mod.custom_kernel(data[0].clone())
-            times, spent, reps = [], 0.0, 0
-            while reps < 3 or (spent < 0.5 and reps < 30):
-                a = data[reps % 2].clone()
-                flush.fill_(reps)
+            base = ref.generate_input(**spec)
+            k = max(1, min(50, (256 << 20) // (base.numel() * 4)))
+            mod.custom_kernel(base.clone())
+            times, spent = [], 0.0
+            while len(times) < 3 or (spent < 0.4 and len(times) < 20):
+                copies = [base.clone() for _ in range(k)]
+                flush.fill_(len(times))
                 torch.cuda.synchronize()
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 e0.record()
-                mod.custom_kernel(a)
+                for c in copies:
+                    mod.custom_kernel(c)
                 e1.record()
                 e1.synchronize()
                 ms = e0.elapsed_time(e1)
-                times.append(ms * 1e3)
+                times.append(ms * 1e3 / k)
                 spent += ms / 1e3
-                reps += 1
+                del copies
             times.sort()
             rec["bench"].append({"case": f"{spec['case']} {spec['batch']}x{spec['n']}",
-                                 "median_us": times[len(times) // 2], "min_us": times[0], "reps": reps})
-            del data
+                                 "median_us": times[len(times) // 2], "min_us": times[0], "reps": len(times), "k": k})
+            del base
             torch.cuda.empty_cache()
+    if profile and dev.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile as tprofile
+        rec["profile"] = {}
+        for spec in [b for b in doc["benchmarks"] if b["case"] == "dense"]:
+            a = ref.generate_input(**spec)
+            mod.custom_kernel(a.clone())
+            torch.cuda.synchronize()
+            with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+                mod.custom_kernel(a.clone())
+                torch.cuda.synchronize()
+            rows = []
+            for ev in prof.key_averages():
+                dt = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+                if dt > 0:
+                    rows.append((dt, ev.count, ev.key[:60]))
+            rows.sort(reverse=True)
+            rec["profile"][f"{spec['batch']}x{spec['n']}"] = [{"us": round(r[0], 1), "count": r[1], "name": r[2]}
+                                                             for r in rows[:6]]
     out_json.write_text(json.dumps(rec, indent=1))
 
 
@@ -148,19 +172,34 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=400.0, help="seconds per family")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES_GPU)))
+    ap.add_argument("--set", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--no-checks", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", action="store_true", help="torch.profiler's top kernels on the dense cases")
+    ap.add_argument("--variants", default="",
+                    help="';'-separated FAMILY:key=value,key=value runs, timed only (checked on the benchmarks)")
     args = ap.parse_args()
     sizes = tuple(int(s) for s in args.sizes.split(",") if s)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.one:
-        run_one(Path(args.one), args.time, sizes, out / f"{Path(args.one).stem}.json")
+        overrides = {}
+        for kv in filter(None, args.set.split(",")):
+            key, val = kv.split("=")
+            overrides[key] = json.loads(val) if val[:1] in "0123456789-[{tf" and val not in ("tf32x3",) else val
+        tag = args.set.replace("=", "-").replace(",", "_").replace(".", "p")
+        run_one(Path(args.one), args.time, sizes, out / f"{Path(args.one).stem}{'_' + tag if tag else ''}.json",
+                overrides, checks=not args.no_checks, profile=args.profile)
         return 0
 
+    runs = [(fam, "") for fam in filter(None, args.families.split(","))]
+    runs += [tuple(v.split(":", 1)) if ":" in v else (v, "") for v in filter(None, args.variants.split(";"))]
     recs = []
-    for fam in args.families.split(","):
+    for fam, sets in runs:
         path = QR / "candidates" / f"{fam}.py"
         cmd = [sys.executable, __file__, "--one", str(path), "--out", str(out), "--sizes", args.sizes]
         cmd += ["--time"] if args.time else []
+        cmd += ["--profile"] if args.profile and not sets else []
+        cmd += ["--set", sets, "--no-checks"] if sets else []
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, timeout=args.timeout, capture_output=True, text=True)
@@ -170,31 +209,38 @@ def main() -> int:
             err = f"timeout after {args.timeout} s; partial stdout: {(exc.stdout or b'')[-1500:]!r}"
         if err:
             (out / f"{fam}.log").write_text(err)
-        path_json = out / f"{fam}.json"
+        tag = sets.replace("=", "-").replace(",", "_").replace(".", "p")
+        path_json = out / f"{fam}{'_' + tag if tag else ''}.json"
         rec = json.loads(path_json.read_text()) if path_json.exists() and not err else {"family": fam, "error": err}
+        rec["label"] = f"{fam}{' ' + sets if sets else ''}"
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         recs.append(rec)
         if err:
             print(f"{fam}: ERROR {err[-1500:]}", flush=True)
 
-    print("\nfamily        checks  failed  wall_s  " + ("geomean_us  x(geqrf recorded)" if args.time else ""))
+    print("\nrun           checks  failed  wall_s  " + ("geomean_us  x(geqrf recorded)" if args.time else ""))
     for rec in recs:
         checks = rec.get("checks", [])
         failed = [c for c in checks if not c["ok"]]
-        line = f"{rec['family']:<13} {len(checks):>6}  {len(failed):>6}  {rec['wall_s']:>6}"
+        line = f"{rec['label']:<13} {len(checks):>6}  {len(failed):>6}  {rec['wall_s']:>6}"
         bench = rec.get("bench", [])
         if bench and len(bench) == len(GEQRF_US):
             gm = math.exp(sum(math.log(b["median_us"]) for b in bench) / len(bench))
             base = math.exp(sum(math.log(x) for x in GEQRF_US) / len(GEQRF_US))
             line += f"  {gm:>10.1f}  {base / gm:>6.1f}x"
         print(line + (f"  stats={rec['stats']}" if rec.get("stats") else ""))
+    for rec in recs:
+        for case, rows in rec.get("profile", {}).items():
+            print(f"profile {rec['label']} {case}: " + "; ".join(f"{r['name'][:38]} {r['us']:.0f}us x{r['count']}"
+                                                               for r in rows[:4]))
     if any(r.get("bench") for r in recs):
         names = [b["case"] for b in next(r for r in recs if r.get("bench"))["bench"]]
-        print("\ncase".ljust(22) + "".join(f"{r['family'][:11]:>12}" for r in recs) + "   geqrf(rec)")
+        print("\ncase".ljust(22) + "".join(f"{'v' + str(i):>9}" for i in range(len(recs))) + "  geqrf(rec)")
         for i, name in enumerate(names):
-            cells = "".join(f"{r['bench'][i]['median_us']:>12.1f}" if len(r.get("bench", [])) > i else f"{'-':>12}"
+            cells = "".join(f"{r['bench'][i]['median_us']:>9.0f}" if len(r.get("bench", [])) > i else f"{'-':>9}"
                             for r in recs)
-            print(f"{name:<21}{cells}   {GEQRF_US[i]:>9}")
+            print(f"{name:<21}{cells}  {GEQRF_US[i]:>9}")
+        print("  ".join(f"v{i}={r['label']}" for i, r in enumerate(recs)))
     return 0
 
 

@@ -26,9 +26,10 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
     triton = None
 
 CONFIG = {"nb_lu": 32, "thr": 0.1, "graph": True, "hh_nb": 32, "hh_tile_max": 32768, "hh_small_max": 128,
-          "hh_prec": "tf32x3"}
+          "hh_prec": "tf32x3", "hh_panel_epw": 2048}
 SPACE = {"nb_lu": [16, 32, 64, 128], "thr": [0.01, 0.1, 0.5], "graph": [True, False], "hh_nb": [16, 32, 64],
-         "hh_tile_max": [16384, 32768], "hh_small_max": [0, 64, 128], "hh_prec": ["tf32x3", "ieee"]}
+         "hh_tile_max": [16384, 32768], "hh_small_max": [0, 64, 128], "hh_prec": ["tf32x3", "ieee"],
+         "hh_panel_epw": [512, 1024, 2048, 4096]}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -140,9 +141,13 @@ def _pow2(x):
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def _warps(elems):
-    """Enough warps that a tile costs at most ~64 registers a thread."""
-    return max(4, min(16, elems // 2048))
+def _warps(elems, per_warp):
+    """Warps for a register tile of `elems` floats: one per `per_warp` elements, 1 to 16, a power of two.
+
+    Fewer warps make the per-column block reductions cheaper (one warp needs no barrier); more
+    warps spread the elementwise work and keep registers per thread low."""
+    w = max(1, min(16, elems // per_warp))
+    return 1 << (w.bit_length() - 1)
 
 
 def _factor_triton(a, tau, cfg, tw):
@@ -150,7 +155,7 @@ def _factor_triton(a, tau, cfg, tw):
     if n <= cfg["hh_small_max"]:
         np2 = max(16, _pow2(n))
         _panel_kernel[(b,)](a, tau, tau, n, 0, n, n * n, BM=np2, NB=np2, NBT=16, WRITE_T=False,
-                            num_warps=_warps(np2 * np2))
+                            num_warps=_warps(np2 * np2, cfg["hh_panel_epw"]))
         return
     nbt = tw.shape[-1]
     k0 = 0
@@ -161,7 +166,7 @@ def _factor_triton(a, tau, cfg, tw):
         nbp = 1 << (nbp.bit_length() - 1)          # power of two for tl.arange
         nb = min(nbp, m)
         _panel_kernel[(b,)](a, tau, tw, n, k0, nb, n * n, BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
-                            num_warps=_warps(bm * nbp))
+                            num_warps=_warps(bm * nbp, cfg["hh_panel_epw"]))
         if k0 + nb < n:
             grid = (b, triton.cdiv(n - k0 - nb, 64))
             _trail_kernel[grid](a, tw, n, k0, nb, n, n * n, NBT=nbt, BN=64, BK=32,

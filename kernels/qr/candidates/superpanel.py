@@ -26,10 +26,12 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
     triton = None
 
 CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "tf32x3", "bn": 64, "bk": 32,
-          "bn_inner": 16, "trail_warps": 4, "outer_warps": 8, "graph_max_elems": 67108864}
+          "bn_inner": 16, "trail_warps": 4, "panel_epw": 2048, "outer_warps": 8, "split_min": 264,
+          "graph_max_elems": 67108864}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
          "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
-         "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "outer_warps": [4, 8],
+         "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "panel_epw": [512, 1024, 2048, 4096],
+         "outer_warps": [4, 8], "split_min": [0, 132, 264, 528],
          "graph_max_elems": [0, 8388608, 33554432, 67108864]}
 
 
@@ -139,21 +141,77 @@ if triton is not None:
 
 
     @triton.jit
-    def _larft_kernel(A, TAU, TW, n, k0, w, stride_b, WT: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """T (WT x WT, zero-padded) of the w reflectors stored in columns k0..k0+w of one matrix."""
+    def _load_v(base, rows, rlim, n, pc, kk, nb):
+        """Rows `rows` (< rlim) of the reflectors in columns pc (kk < nb): unit diagonal, zero above."""
+        lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
+        v = tl.load(base + rows[:, None] * n + pc[None, :], mask=(rows < rlim)[:, None] & lower, other=0.0)
+        return tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
+
+    @triton.jit
+    def _vtc_kernel(A, WB, n, k0, nb, c0, cend, rb, stride_b, stride_wb,
+                    NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """Row-split W = V' C: this program's rows k0 + pid2*rb .. +rb, added into WB with atomics."""
+        b = tl.program_id(0).to(tl.int64)
+        base = A + b * stride_b
+        cols = c0 + tl.program_id(1) * BN + tl.arange(0, BN)
+        kk = tl.arange(0, NBT)
+        pc = k0 + kk
+        r_beg = k0 + tl.program_id(2) * rb
+        r_end = tl.minimum(n, r_beg + rb)
+        w = tl.zeros([NBT, BN], dtype=tl.float32)
+        for r0 in range(r_beg, r_end, BK):
+            rows = r0 + tl.arange(0, BK)
+            v = _load_v(base, rows, r_end, n, pc, kk, nb)
+            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=(rows < r_end)[:, None] & (cols < cend)[None, :],
+                        other=0.0)
+            w = tl.dot(tl.trans(v), c, w, input_precision=PREC)
+        tl.atomic_add(WB + b * stride_wb + kk[:, None] * n + (cols - c0)[None, :], w, mask=(cols < cend)[None, :])
+
+    @triton.jit
+    def _upd_kernel(A, WB, TW, n, k0, nb, c0, cend, rb, stride_b, stride_wb,
+                    NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """Row-split C -= V (T' W) for this program's rows, W = V' C summed by _vtc_kernel."""
+        b = tl.program_id(0).to(tl.int64)
+        base = A + b * stride_b
+        cols = c0 + tl.program_id(1) * BN + tl.arange(0, BN)
+        kk = tl.arange(0, NBT)
+        pc = k0 + kk
+        w = tl.load(WB + b * stride_wb + kk[:, None] * n + (cols - c0)[None, :], mask=(cols < cend)[None, :], other=0.0)
+        tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
+        w = tl.dot(tl.trans(tt), w, input_precision="ieee")
+        r_beg = k0 + tl.program_id(2) * rb
+        r_end = tl.minimum(n, r_beg + rb)
+        for r0 in range(r_beg, r_end, BK):
+            rows = r0 + tl.arange(0, BK)
+            v = _load_v(base, rows, r_end, n, pc, kk, nb)
+            cp = base + rows[:, None] * n + cols[None, :]
+            cm = (rows < r_end)[:, None] & (cols < cend)[None, :]
+            c = tl.load(cp, mask=cm, other=0.0)
+            tl.store(cp, c - tl.dot(v, w, input_precision=PREC), mask=cm)
+
+    @triton.jit
+    def _gram_kernel(A, GB, n, k0, w, rb, stride_b, WT: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """Row-split G = V'V of the w reflectors in columns k0..k0+w, added into GB with atomics."""
         b = tl.program_id(0).to(tl.int64)
         base = A + b * stride_b
         kk = tl.arange(0, WT)
         pc = k0 + kk
-        km = kk < w
+        r_beg = k0 + tl.program_id(1) * rb
+        r_end = tl.minimum(n, r_beg + rb)
         g = tl.zeros([WT, WT], dtype=tl.float32)
-        for r0 in range(k0, n, BK):
-            rows = r0 + tl.arange(0, BK)
-            lower = (rows[:, None] > pc[None, :]) & km[None, :]
-            v = tl.load(base + rows[:, None] * n + pc[None, :], mask=(rows < n)[:, None] & lower, other=0.0)
-            v = tl.where((rows[:, None] == pc[None, :]) & km[None, :], 1.0, v)
+        for r0 in range(r_beg, r_end, BK):
+            v = _load_v(base, r0 + tl.arange(0, BK), r_end, n, pc, kk, w)
             g = tl.dot(tl.trans(v), v, g, input_precision=PREC)
-        tau = tl.load(TAU + b * n + pc, mask=km, other=0.0)
+        tl.atomic_add(GB + b * WT * WT + kk[:, None] * WT + kk[None, :], g)
+
+    @triton.jit
+    def _larft_kernel(GB, TAU, TW, n, k0, w, WT: tl.constexpr):
+        """T (WT x WT, zero-padded) of the w reflectors in columns k0..k0+w, from G = V'V (larft)."""
+        b = tl.program_id(0).to(tl.int64)
+        kk = tl.arange(0, WT)
+        km = kk < w
+        g = tl.load(GB + b * WT * WT + kk[:, None] * WT + kk[None, :])
+        tau = tl.load(TAU + b * n + k0 + kk, mask=km, other=0.0)
         t = tl.zeros([WT, WT], dtype=tl.float32)
         for j in range(0, w):
             gj = tl.where(kk < j, tl.sum(tl.where(kk[:, None] == j, g, 0.0), axis=0), 0.0)  # (V' v_j)[:j]
@@ -163,14 +221,17 @@ if triton is not None:
             t = tl.where(kk[None, :] == j, tcol[:, None], t)
         tl.store(TW + b * WT * WT + kk[:, None] * WT + kk[None, :], t)
 
-
 def _pow2(x):
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def _warps(elems):
-    """Enough warps that a tile costs at most ~64 registers a thread."""
-    return max(4, min(16, elems // 2048))
+def _warps(elems, per_warp):
+    """Warps for a register tile of `elems` floats: one per `per_warp` elements, 1 to 16, a power of two.
+
+    Fewer warps make the per-column block reductions cheaper (one warp needs no barrier); more
+    warps spread the elementwise work and keep registers per thread low."""
+    w = max(1, min(16, elems // per_warp))
+    return 1 << (w.bit_length() - 1)
 
 
 def _inner_width(cfg, rows):
@@ -180,14 +241,40 @@ def _inner_width(cfg, rows):
     return bm, 1 << (nbp.bit_length() - 1)
 
 
+def _row_blocks(cfg, programs, rows):
+    """Rows per program when `programs` programs are too few to fill the GPU (split_min), else 0."""
+    if programs >= cfg["split_min"] or rows <= cfg["bk"]:
+        return 0
+    nrb = min(triton.cdiv(rows, cfg["bk"]), triton.cdiv(cfg["split_min"], programs))
+    return triton.cdiv(triton.cdiv(rows, nrb), cfg["bk"]) * cfg["bk"]
+
+
+def _update(a, t, nbt, k0, nb, cend, cfg, wb, bn, warps):
+    """A[k0:, k0+nb:cend] -= V (T' (V' A[k0:, k0+nb:cend])) with V, T of the panel at k0."""
+    b, n, _ = a.shape
+    c0 = k0 + nb
+    ncb = triton.cdiv(cend - c0, bn)
+    rb = _row_blocks(cfg, b * ncb, n - k0) if wb is not None else 0
+    if not rb:
+        _trail_kernel[(b, ncb)](a, t, n, k0, nb, cend, n * n, NBT=nbt, BN=bn, BK=cfg["bk"], PREC=cfg["prec"],
+                                num_warps=warps)
+        return
+    grid = (b, ncb, triton.cdiv(n - k0, rb))
+    wb[:, :nbt, :cend - c0].zero_()
+    _vtc_kernel[grid](a, wb, n, k0, nb, c0, cend, rb, n * n, wb.stride(0), NBT=nbt, BN=bn, BK=cfg["bk"],
+                      PREC=cfg["prec"], num_warps=warps)
+    _upd_kernel[grid](a, wb, t, n, k0, nb, c0, cend, rb, n * n, wb.stride(0), NBT=nbt, BN=bn, BK=cfg["bk"],
+                      PREC=cfg["prec"], num_warps=warps)
+
+
 def _factor_triton(a, tau, cfg, ws):
     b, n, _ = a.shape
     if n <= cfg["small_max"]:
         np2 = max(16, _pow2(n))
         _panel_kernel[(b,)](a, tau, tau, n, 0, n, n * n, BM=np2, NB=np2, NBT=16, WRITE_T=False,
-                            num_warps=_warps(np2 * np2))
+                            num_warps=_warps(np2 * np2, cfg["panel_epw"]))
         return
-    twi, two = ws
+    twi, two, gb, wb = ws
     nbt, wt = twi.shape[-1], two.shape[-1]
     k0 = 0
     while k0 < n:
@@ -197,31 +284,31 @@ def _factor_triton(a, tau, cfg, ws):
             bm, nbp = _inner_width(cfg, n - k1)
             nb1 = min(nbp, kend - k1)
             _panel_kernel[(b,)](a, tau, twi, n, k1, nb1, n * n, BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
-                                num_warps=_warps(bm * nbp))
+                                num_warps=_warps(bm * nbp, cfg["panel_epw"]))
             if k1 + nb1 < kend:  # inner update: only the rest of this outer panel
                 single = False
-                grid = (b, triton.cdiv(kend - k1 - nb1, cfg["bn_inner"]))
-                _trail_kernel[grid](a, twi, n, k1, nb1, kend, n * n, NBT=nbt, BN=cfg["bn_inner"], BK=cfg["bk"],
-                                    PREC=cfg["prec"], num_warps=cfg["trail_warps"])
+                _update(a, twi, nbt, k1, nb1, kend, cfg, wb, cfg["bn_inner"], cfg["trail_warps"])
             k1 += nb1
         if kend < n:
-            grid = (b, triton.cdiv(n - kend, cfg["bn"]))
             if single:  # the outer panel was one register panel: its T is already there
-                _trail_kernel[grid](a, twi, n, k0, kend - k0, n, n * n, NBT=nbt, BN=cfg["bn"], BK=cfg["bk"],
-                                    PREC=cfg["prec"], num_warps=cfg["trail_warps"])
+                _update(a, twi, nbt, k0, kend - k0, n, cfg, wb, cfg["bn"], cfg["trail_warps"])
             else:
-                _larft_kernel[(b,)](a, tau, two, n, k0, kend - k0, n * n, WT=wt, BK=cfg["bk"], PREC=cfg["prec"],
-                                    num_warps=cfg["outer_warps"])
-                _trail_kernel[grid](a, two, n, k0, kend - k0, n, n * n, NBT=wt, BN=cfg["bn"], BK=cfg["bk"],
-                                    PREC=cfg["prec"], num_warps=cfg["outer_warps"])
+                rb = _row_blocks(cfg, b, n - k0) or triton.cdiv(n - k0, cfg["bk"]) * cfg["bk"]
+                gb.zero_()
+                _gram_kernel[(b, triton.cdiv(n - k0, rb))](a, gb, n, k0, kend - k0, rb, n * n, WT=wt, BK=cfg["bk"],
+                                                           PREC=cfg["prec"], num_warps=cfg["outer_warps"])
+                _larft_kernel[(b,)](gb, tau, two, n, k0, kend - k0, WT=wt, num_warps=cfg["outer_warps"])
+                _update(a, two, wt, k0, kend - k0, n, cfg, wb, cfg["bn"], cfg["outer_warps"])
         k0 = kend
 
 
 def _workspaces(a, cfg):
-    b = a.shape[0]
+    """T of a register panel, T and G of an outer panel, and (small batches only) W for row-split updates."""
+    b, n, _ = a.shape
     nbt, wt = max(16, int(cfg["nb"])), max(16, _pow2(cfg["nbo"]))
-    return (torch.zeros(b, nbt, nbt, dtype=a.dtype, device=a.device),
-            torch.zeros(b, wt, wt, dtype=a.dtype, device=a.device))
+    z = dict(dtype=a.dtype, device=a.device)
+    wb = torch.zeros(b, max(nbt, wt), n, **z) if b < cfg["split_min"] else None
+    return torch.zeros(b, nbt, nbt, **z), torch.zeros(b, wt, wt, **z), torch.zeros(b, wt, wt, **z), wb
 
 
 # ----------------------------------------------------------------------------------- PyTorch

@@ -26,9 +26,10 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
     triton = None
 
 CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "tf32x3", "bn": 64, "bk": 32,
-          "trail_warps": 4, "graph_max_elems": 67108864}
+          "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 67108864}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
          "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
+         "panel_epw": [512, 1024, 2048, 4096],
          "graph_max_elems": [0, 8388608, 33554432, 67108864]}
 
 
@@ -141,9 +142,13 @@ def _pow2(x):
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def _warps(elems):
-    """Enough warps that a tile costs at most ~64 registers a thread."""
-    return max(4, min(16, elems // 2048))
+def _warps(elems, per_warp):
+    """Warps for a register tile of `elems` floats: one per `per_warp` elements, 1 to 16, a power of two.
+
+    Fewer warps make the per-column block reductions cheaper (one warp needs no barrier); more
+    warps spread the elementwise work and keep registers per thread low."""
+    w = max(1, min(16, elems // per_warp))
+    return 1 << (w.bit_length() - 1)
 
 
 def _factor_triton(a, tau, cfg, tw):
@@ -151,7 +156,7 @@ def _factor_triton(a, tau, cfg, tw):
     if n <= cfg["small_max"]:
         np2 = max(16, _pow2(n))
         _panel_kernel[(b,)](a, tau, tau, n, 0, n, n * n, BM=np2, NB=np2, NBT=16, WRITE_T=False,
-                            num_warps=_warps(np2 * np2))
+                            num_warps=_warps(np2 * np2, cfg["panel_epw"]))
         return
     nbt = tw.shape[-1]
     k0 = 0
@@ -162,7 +167,7 @@ def _factor_triton(a, tau, cfg, tw):
         nbp = 1 << (nbp.bit_length() - 1)          # power of two for tl.arange
         nb = min(nbp, m)
         _panel_kernel[(b,)](a, tau, tw, n, k0, nb, n * n, BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
-                            num_warps=_warps(bm * nbp))
+                            num_warps=_warps(bm * nbp, cfg["panel_epw"]))
         if k0 + nb < n:
             grid = (b, triton.cdiv(n - k0 - nb, cfg["bn"]))
             _trail_kernel[grid](a, tw, n, k0, nb, n, n * n, NBT=nbt, BN=cfg["bn"], BK=cfg["bk"],
