@@ -26,7 +26,7 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
     triton = None
 
 CONFIG = {"nb_lu": 32, "thr": 0.1, "graph": True, "hh_nb": 32, "hh_tile_max": 32768, "hh_small_max": 128,
-          "hh_prec": "tf32x3", "hh_panel_epw": 2048}
+          "hh_prec": "ieee", "hh_panel_epw": 2048}
 SPACE = {"nb_lu": [16, 32, 64, 128], "thr": [0.01, 0.1, 0.5], "graph": [True, False], "hh_nb": [16, 32, 64],
          "hh_tile_max": [16384, 32768], "hh_small_max": [0, 64, 128], "hh_prec": ["tf32x3", "ieee"],
          "hh_panel_epw": [512, 1024, 2048, 4096]}

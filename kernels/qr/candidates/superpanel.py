@@ -1,17 +1,19 @@
-"""superpanel: two-level blocked Householder QR (compact WY) in Triton.
+"""superpanel: two-level blocked Householder QR (compact WY) in Triton, for tall panels.
 
-An outer panel of nbo columns (64 by default) is factored as a sequence of narrow inner panels,
-each held in registers by one program per matrix (as in wy_triton: fused block reductions per
-column, T written by the same kernel) and applied only to the rest of the outer panel. A larft
-kernel then builds the outer T from V'V (tl.dot) and the recurrence, and one wide trailing
-update C -= V (T' (V' C)) (tl.dot, 3xTF32 or fp32) touches the trailing matrix once per nbo
-columns instead of once per inner panel. Small n (<= small_max) is factored on chip in one
-launch; launch-bound shapes replay a CUDA graph.
+Where a panel of nb columns fits in registers (n - k0 <= tile_max / nb rows), it is factored by
+one program per matrix (as in wy_triton: fused block reductions per column, T written by the
+same kernel) and applied to the trailing matrix at once. Where it does not (the first half of
+n = 2048 and 4096), an outer panel of nbo columns is factored as narrow register panels that
+update only the rest of the outer panel, then a Gram kernel (V'V, tl.dot) and a larft kernel
+build the outer T and one wide update C -= V (T' (V' C)) follows. When matrices x column blocks
+are too few to fill the GPU (batch 2 to 60), the updates split the rows across programs and add
+V'C with atomics. Small n (<= small_max) is factored on chip in one launch; launch-bound shapes
+replay a CUDA graph.
 
-Where the time goes: the inner panels' column loop (one block reduction pair per column, n in
-sequence per matrix) is the critical path for n >= 176; the wide trailing update is HBM-bound at
-640x512 and FLOP-bound (3xTF32) at 2048/4096; at 4096 rows only 8 columns fit a register panel,
-so the inner panels and their small updates (few programs when the batch is 2) dominate there.
+Where the time goes (H200 profile, dense cases): the trailing update (tl.dot, fp32 FMA; 3xTF32
+measured slower) is ~60% at 640x512 and 60x1024; the register panels' column loop (one pair of
+block reductions per column, n in sequence per matrix) is the critical path at 176-352 and
+dominates 2x4096 (8-column panels of 4096 rows, 4096 steps); larft's recurrence costs ~10%.
 On a CPU tensor it runs the same blocked algorithm in PyTorch, or the Triton kernels when
 TRITON_INTERPRET=1.
 """
@@ -25,7 +27,7 @@ try:
 except ImportError:  # a CPU-only machine without Triton still gets the PyTorch path
     triton = None
 
-CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "tf32x3", "bn": 64, "bk": 32,
+CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "ieee", "bn": 64, "bk": 32,
           "bn_inner": 16, "trail_warps": 4, "panel_epw": 2048, "outer_warps": 8, "split_min": 264,
           "graph_max_elems": 67108864}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
@@ -278,7 +280,10 @@ def _factor_triton(a, tau, cfg, ws):
     nbt, wt = twi.shape[-1], two.shape[-1]
     k0 = 0
     while k0 < n:
-        kend = min(n, k0 + int(cfg["nbo"]))
+        # Two levels only where a register panel is narrower than nb (tall panels); elsewhere one
+        # register panel is the whole outer panel (no Gram/larft pass), as in wy_triton.
+        _, nbp0 = _inner_width(cfg, n - k0)
+        kend = min(n, k0 + (int(cfg["nbo"]) if nbp0 < int(cfg["nb"]) else nbp0))
         k1, single = k0, True
         while k1 < kend:
             bm, nbp = _inner_width(cfg, n - k1)

@@ -4,7 +4,7 @@ One program per matrix factors a panel of nb columns held in registers: column e
 scaled norm, reflector, its application to the rest of the panel and the column of T come from
 one pass of block reductions per column, and T is written by the same kernel. The trailing
 matrix is updated by a second kernel (grid: matrix x column block), C -= V (T' (V' C)), with
-tl.dot in 3xTF32 ("tf32x3", tensor cores) or plain fp32 FMA ("ieee"). Small n (<= small_max)
+tl.dot in plain fp32 FMA ("ieee"; 3xTF32 "tf32x3" measured slower on the H200). Small n (<= small_max)
 is factored entirely on chip in one launch. Launch-bound shapes replay a CUDA graph.
 
 Where the time goes: the panel kernel's column loop (latency: ~n sequential block reductions
@@ -25,7 +25,7 @@ try:
 except ImportError:  # a CPU-only machine without Triton still gets the PyTorch path
     triton = None
 
-CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "tf32x3", "bn": 64, "bk": 32,
+CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "ieee", "bn": 64, "bk": 32,
           "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 67108864}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
          "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
