@@ -158,3 +158,21 @@ def git_two_commits(repo: Path) -> tuple[str, str]:
                                         "    return cholqr(data, **CONFIG)\n")
     git("commit", "-q", "-am", "panel 32 -> 64, num_warps 4 -> 8")
     return parent, git("rev-parse", "HEAD")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m console.demo", description=__doc__)
+    p.add_argument("root", type=Path)
+    p.add_argument("name", nargs="?", default="demo")
+    p.add_argument("--attempts", type=int, default=40)
+    p.add_argument("--results", action="store_true", help="include per-case harness results in eval_finished")
+    p.add_argument("--running", action="store_true", help="end without agent_stopped")
+    args = p.parse_args(argv)
+    write_demo(args.root, args.name, args.attempts, results=args.results, stopped=not args.running)
+    print(args.root / args.name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

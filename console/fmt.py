@@ -19,6 +19,15 @@ def us(value: float | None) -> str:
     return f"{value:.2f}"
 
 
+def compact(v: float) -> str:
+    """820, 9.8k, 98k, 1.2M: axis labels at most four characters wide."""
+    if v >= 1e6:
+        return f"{v / 1e6:.2g}M"
+    if v >= 1e3:
+        return f"{v / 1e3:.2g}k" if v < 1e4 else f"{v / 1e3:.0f}k"
+    return f"{v:.3g}"
+
+
 def speedup(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
 

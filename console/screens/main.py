@@ -87,7 +87,7 @@ class MainScreen(Screen[None]):
             self.query_one(BeamTable).show(model)
             self.query_one(TimingChart).show(model)
             self.query_one(AttemptsLog).show(model)
-            self.query_one(SteeringPane).show(model, self.size.width)
+            self.query_one(SteeringPane).show(model)
             self.query_one(ActivityPane).show(model)
             gone = self.query_one("#gone", Static)
             if model.gone and not gone.has_class("shown"):

@@ -16,16 +16,20 @@ LEVEL_MARK = {"info": " ", "good": "+", "warn": "!", "error": "✗"}
 class ActivityPane(Vertical):
     DEFAULT_CSS = """
     ActivityPane > #activity-now { height: 1; }
-    ActivityPane > RichLog { height: 1fr; scrollbar-size-vertical: 1; }
+    ActivityPane > RichLog { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; }
     """
 
     def __init__(self, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self._written = 0
+        self._now = ""
 
     def compose(self) -> ComposeResult:
         yield Static(id="activity-now")
-        yield RichLog(max_lines=500, wrap=False, markup=False, auto_scroll=True, id="activity-log")
+        yield RichLog(max_lines=500, min_width=20, wrap=False, markup=False, auto_scroll=True, id="activity-log")
+
+    def on_resize(self) -> None:
+        self.query_one(RichLog).scroll_end(animate=False)
 
     def show(self, model: ConsoleModel) -> None:
         s = model.state
@@ -35,7 +39,9 @@ class ActivityPane(Vertical):
             now.append(model.gone, style="bold red")
         else:
             now.append(s.activity or ("waiting for the agent" if model.holder else "idle"))
-        self.query_one("#activity-now", Static).update(now)
+        if now.plain != self._now:            # an unchanged line is not repainted (less traffic over SSH)
+            self._now = now.plain
+            self.query_one("#activity-now", Static).update(now)
         if model.activity_total == self._written:
             return
         log = self.query_one(RichLog)

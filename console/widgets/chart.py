@@ -11,6 +11,7 @@ import math
 from textual.reactive import reactive
 from textual_plotext import PlotextPlot
 
+from console import fmt
 from console.model import BranchSeries, ConsoleModel
 
 COLORS = ("cyan", "magenta", "green", "orange", "blue", "red", "yellow", "white")
@@ -37,6 +38,16 @@ def thin(xs: list[float], ys: list[float], x0: float, x1: float, y0: float, y1: 
     return out_x, out_y
 
 
+def int_ticks(x0: float, x1: float, n: int) -> list[float]:
+    """At most about n whole-number ticks on 1-2-5 steps (iterations are whole)."""
+    span, step, k = max(1.0, x1 - x0), 1.0, 0
+    while span / step > n:
+        step *= (2.0, 2.5, 2.0)[k % 3]      # 1, 2, 5, 10, 20, 50, ...
+        k += 1
+    first = math.ceil(x0 / step) * step
+    return [first + i * step for i in range(int((x1 - first) // step) + 1)]
+
+
 def log_ticks(y0: float, y1: float, n: int) -> list[float]:
     """n ticks evenly spaced on a log axis, rounded to two significant digits."""
     out: list[float] = []
@@ -45,15 +56,6 @@ def log_ticks(y0: float, y1: float, n: int) -> list[float]:
         digits = 10 ** (math.floor(math.log10(v)) - 1)
         out.append(round(v / digits) * digits)
     return out
-
-
-def compact(v: float) -> str:
-    """820, 9.8k, 98k, 1.2M: tick labels stay four characters wide."""
-    if v >= 1e6:
-        return f"{v / 1e6:.2g}M"
-    if v >= 1e3:
-        return f"{v / 1e3:.2g}k" if v < 1e4 else f"{v / 1e3:.0f}k"
-    return f"{v:.3g}"
 
 
 class TimingChart(PlotextPlot):
@@ -114,8 +116,11 @@ class TimingChart(PlotextPlot):
             plt.vline(x, "yellow")
         plt.yscale("log")
         ticks = log_ticks(y0, y1, max(2, min(5, self.size.height // 4)))
-        plt.yticks(ticks, [compact(t) for t in ticks])
+        plt.yticks(ticks, [fmt.compact(t) for t in ticks])
         plt.xlim(x0, max(x1, x0 + 1e-6))
+        if self.x_axis == "iteration":
+            xt = int_ticks(x0, x1, max(2, min(8, self.size.width // 12)))
+            plt.xticks(xt, [str(int(t)) for t in xt])
 
     def _branch(self, plt: object, model: ConsoleModel, name: str, b: BranchSeries, color: str,
                 box: tuple[float, float, float, float, float, int, int]) -> None:

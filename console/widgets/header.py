@@ -18,6 +18,8 @@ class SessionHeader(Static):
     }
     """
 
+    _shown = ""
+
     def show(self, model: ConsoleModel, now: float) -> None:
         s = model.state
         live = model.holder is not None and not model.gone
@@ -45,4 +47,7 @@ class SessionHeader(Static):
             line2.append(f" │ {s.tokens / 1000:.1f}k tok ${s.cost_usd:.2f}")
         if s.focus:
             line2.append(f" │ focus {s.focus}")
-        self.update(Text("\n").join([line1, line2]))
+        text = Text("\n").join([line1, line2])
+        if text.plain != self._shown:         # the clock ticks once a second; nothing else needs a repaint
+            self._shown = text.plain
+            self.update(text)

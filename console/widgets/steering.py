@@ -135,7 +135,7 @@ class SteeringPane(Vertical):
         # A slash command names its own branch; the selectors apply to prompts.
         self.post_message(self.Submitted(text, None if command else self.target, "once" if command else self.scope))
 
-    def show(self, model: ConsoleModel, width: int) -> None:
+    def show(self, model: ConsoleModel) -> None:
         if model.versions["steering"] == self._version:
             return
         self._version = model.versions["steering"]
@@ -147,12 +147,12 @@ class SteeringPane(Vertical):
             select.set_options([("→ all", ALL)] + [(f"→ {b}", b) for b in branches])
             select.value = current if current in branches else ALL
         table = Table.grid(padding=(0, 1), expand=True)
-        table.add_column(no_wrap=True, width=min(22, max(10, width // 4)))
+        table.add_column(no_wrap=True, width=20)
         table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
         rows = model.steering_rows(limit=30)
         for r in rows:
             scope = "" if r.scope == "once" else " ⟳"
-            table.add_row(Text(fmt.short(r.detail, 22), style=STATUS_STYLE.get(r.status, "")),
+            table.add_row(Text(fmt.short(r.detail, 20), style=STATUS_STYLE.get(r.status, "")),
                           Text(f"{r.text}  [{fmt.target(r.target)}{scope}]"))
         if not rows:
             table.add_row(Text("no prompts yet", style="dim"), "")
