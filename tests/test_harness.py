@@ -314,3 +314,21 @@ def test_work_finishing_after_the_timed_region_is_caught(small_qr_task, candidat
             return h, tau
     """), small_qr_task)
     assert not r.ok and r.error_class in ("guard", "wrong"), r.message
+
+
+def test_prestarted_worker_serves_the_next_evaluation(small_qr_task, candidate):
+    from agent.harness import runner
+    path = candidate(GEQRF)
+    try:
+        first, _ = run(path, small_qr_task, prestart=True)
+        assert first.ok, first.message
+        (waiting,) = runner._PRESTARTED.values()
+        assert waiting.proc.poll() is None
+        second, _ = run(path, small_qr_task, prestart=True)
+        assert second.ok, second.message
+        assert waiting.proc.poll() is not None  # it ran the second evaluation and was reaped
+        (fresh,) = runner._PRESTARTED.values()
+        assert fresh is not waiting
+    finally:
+        runner.discard_prestarted()
+    assert not runner._PRESTARTED and fresh.proc.poll() is not None

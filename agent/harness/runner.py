@@ -5,6 +5,7 @@ has a time limit, its output is drained into bounded tails, and the group is kil
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -37,6 +38,7 @@ class EvalOptions:
     gpu: int | None = None         # index into the machine's GPUs; None = the first
     stage_timeout: float | None = None  # one limit for every stage; None = the task's limits
     nonce: int | None = None       # fixes the input seeds (tests only); None = fresh per evaluation
+    prestart: bool = False         # keep a worker started for the next evaluation (the agent loop)
 
 
 class _Tail:
@@ -134,22 +136,71 @@ def evaluate(candidate: Path | str, task: Task, opts: EvalOptions | None = None,
                        flags=flags, wall_s=time.monotonic() - started)
     device = resolve_device(opts.device)  # after the syntax check: rejecting a typo needs no GPU probe
     try:
-        box = Sandbox.create(task.files(), source)
+        started_worker = _take_prestarted(task, device, opts) or _start_worker(task, device, opts)
     except OSError as exc:
-        return _failed(task, candidate, opts, device, HARNESS, f"cannot create the sandbox: {exc}", None)
+        return _failed(task, candidate, opts, device, HARNESS, f"cannot start the worker: {exc}", None)
+    if opts.prestart:  # the next evaluation finds a worker that has already imported torch
+        try:
+            _PRESTARTED[_key(task, device, opts)] = _start_worker(task, device, opts)
+        except OSError:
+            pass
     try:
-        result = _run_worker(box, candidate, task, opts, device, on_progress, cancel)
+        result = _run_worker(started_worker, source, candidate, task, opts, device, on_progress, cancel)
     finally:
-        box.cleanup()
+        started_worker.box.cleanup()
     result.flags = flags
     result.wall_s = time.monotonic() - started
     return result
 
 
-def _run_worker(box: Sandbox, candidate: Path, task: Task, opts: EvalOptions, device: str,
-                on_progress: Progress | None, cancel: threading.Event | None) -> EvalResult:
-    tests, benchmarks = task.cases(on_gpu=device == "cuda")
-    limits = stage_limits(task, opts.mode, opts.stage_timeout)
+@dataclass
+class _Started:
+    """A worker process that has been spawned and waits for its configuration on stdin."""
+    box: Sandbox
+    proc: subprocess.Popen
+    r_fd: int
+    w_fd: int
+    out_tail: _Tail
+    err_tail: _Tail
+    writable: list[str]
+
+    def discard(self) -> None:
+        for fd in (self.r_fd, self.w_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.box.kill_all(self.proc.pid)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.box.cleanup()
+
+
+_PRESTARTED: dict[tuple, _Started] = {}
+
+
+def _key(task: Task, device: str, opts: EvalOptions) -> tuple:
+    return (str(task.path), device, opts.gpu)
+
+
+def _take_prestarted(task: Task, device: str, opts: EvalOptions) -> _Started | None:
+    w = _PRESTARTED.pop(_key(task, device, opts), None)
+    if w is not None and w.proc.poll() is not None:  # it died while waiting
+        w.discard()
+        return None
+    return w
+
+
+@atexit.register
+def discard_prestarted() -> None:
+    while _PRESTARTED:
+        _PRESTARTED.popitem()[1].discard()
+
+
+def _start_worker(task: Task, device: str, opts: EvalOptions) -> _Started:
+    box = Sandbox.create(task.files())
     triton_cache = CACHE_ROOT / "triton"
     triton_cache.mkdir(parents=True, exist_ok=True)
     visible = "" if device == "cpu" else str(opts.gpu if opts.gpu is not None else _first_visible_gpu())
@@ -161,41 +212,51 @@ def _run_worker(box: Sandbox, candidate: Path, task: Task, opts: EvalOptions, de
         "TRITON_CACHE_DIR": str(triton_cache),
     })
     r_fd, w_fd = os.pipe()
-    cfg = {
-        "mode": opts.mode, "tests": tests, "benchmarks": benchmarks, "ranking_by": task.ranking_by,
-        "task_dir": str(box.task_dir), "candidate_path": str(box.task_dir / "submission.py"),
-        "result_fd": w_fd, "repo_root": str(REPO_ROOT),
-        "writable": [str(box.work_dir), str(triton_cache)],
-        "nonce": opts.nonce if opts.nonce is not None else int.from_bytes(os.urandom(8), "little"),
-    }
     try:
         proc = subprocess.Popen([sys.executable, "-m", "agent.harness.worker"], cwd=box.work_dir, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 pass_fds=(w_fd,), start_new_session=True)
-    except OSError as exc:
+    except OSError:
         os.close(r_fd)
         os.close(w_fd)
-        return _failed(task, candidate, opts, device, HARNESS, f"cannot start the worker: {exc}", None)
-    os.close(w_fd)
+        box.cleanup()
+        raise
+    limits = stage_limits(task, "leaderboard", opts.stage_timeout)
     box.limit(proc.pid, cpu_seconds=int(sum(limits.values()) * max(1, os.cpu_count() or 1)) + 60,
               on_cpu=device == "cpu")
-    out_tail, err_tail = _Tail(proc.stdout), _Tail(proc.stderr)
+    return _Started(box=box, proc=proc, r_fd=r_fd, w_fd=w_fd, out_tail=_Tail(proc.stdout),
+                    err_tail=_Tail(proc.stderr), writable=[str(box.work_dir), str(triton_cache)])
+
+
+def _run_worker(w: _Started, source: bytes, candidate: Path, task: Task, opts: EvalOptions, device: str,
+                on_progress: Progress | None, cancel: threading.Event | None) -> EvalResult:
+    tests, benchmarks = task.cases(on_gpu=device == "cuda")
+    limits = stage_limits(task, opts.mode, opts.stage_timeout)
+    cfg = {
+        "mode": opts.mode, "tests": tests, "benchmarks": benchmarks, "ranking_by": task.ranking_by,
+        "task_dir": str(w.box.task_dir), "candidate_path": str(w.box.install_candidate(source)),
+        "result_fd": w.w_fd, "repo_root": str(REPO_ROOT), "writable": w.writable,
+        "nonce": opts.nonce if opts.nonce is not None else int.from_bytes(os.urandom(8), "little"),
+    }
+    os.close(w.w_fd)
+    w.w_fd = -1
     try:
-        proc.stdin.write(json.dumps(cfg).encode())
-        proc.stdin.close()
+        w.proc.stdin.write(json.dumps(cfg).encode())
+        w.proc.stdin.close()
     except OSError:
         pass  # the worker died at start; the result pipe's EOF says so below
     session = _Session(limits, on_progress, cancel)
     try:
-        session.follow(r_fd, proc)
+        session.follow(w.r_fd, w.proc)
     finally:
-        os.close(r_fd)
-        box.kill_all(proc.pid)
+        os.close(w.r_fd)
+        w.r_fd = -1
+        w.box.kill_all(w.proc.pid)
         try:
-            code = proc.wait(timeout=10)
+            code = w.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             code = None
-    return session.result(task, candidate, opts, device, code, out_tail.text(), err_tail.text())
+    return session.result(task, candidate, opts, device, code, w.out_tail.text(), w.err_tail.text())
 
 
 def _first_visible_gpu() -> str:

@@ -32,7 +32,7 @@ class Sandbox:
     marker: str         # value of STEER_EVAL_ID in the candidate's environment
 
     @classmethod
-    def create(cls, task_files: list[Path], candidate_source: bytes) -> "Sandbox":
+    def create(cls, task_files: list[Path]) -> "Sandbox":
         root = Path(tempfile.mkdtemp(prefix="steer-eval-"))
         task_dir, work_dir = root / "task", root / "work"
         task_dir.mkdir(mode=0o700)
@@ -40,11 +40,18 @@ class Sandbox:
         for f in task_files:
             if f.name != "submission.py":
                 shutil.copyfile(f, task_dir / f.name)
-        (task_dir / "submission.py").write_bytes(candidate_source)
-        for f in task_dir.iterdir():
-            f.chmod(stat.S_IRUSR | stat.S_IRGRP)
+                (task_dir / f.name).chmod(stat.S_IRUSR | stat.S_IRGRP)
         task_dir.chmod(stat.S_IRUSR | stat.S_IXUSR)
         return cls(root=root, task_dir=task_dir, work_dir=work_dir, marker=secrets.token_hex(8))
+
+    def install_candidate(self, source: bytes) -> Path:
+        """Put the candidate in the read-only task copy as submission.py (a worker may already wait)."""
+        self.task_dir.chmod(stat.S_IRWXU)
+        path = self.task_dir / "submission.py"
+        path.write_bytes(source)
+        path.chmod(stat.S_IRUSR | stat.S_IRGRP)
+        self.task_dir.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        return path
 
     def env(self, base: dict[str, str], visible_gpu: str, extra: dict[str, str]) -> dict[str, str]:
         env = scrub_env(base)

@@ -32,7 +32,7 @@ class Policy:
 
 
 POLICIES = {
-    "quick": Policy(min_runs=5, max_runs=50, rel_stderr=0.003, min_time_s=0.02, max_kernel_s=0.5, max_case_s=3.0,
+    "quick": Policy(min_runs=5, max_runs=30, rel_stderr=0.003, min_time_s=0.02, max_kernel_s=0.3, max_case_s=1.5,
                     check="sample"),
     "full": Policy(min_runs=10, max_runs=200, rel_stderr=0.001, min_time_s=0.1, max_kernel_s=10.0, max_case_s=120.0),
     "leaderboard": Policy(min_runs=10, max_runs=1000, rel_stderr=0.001, min_time_s=0.1, max_kernel_s=30.0,

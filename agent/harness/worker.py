@@ -267,7 +267,18 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
 
+def _warm_up() -> None:
+    """Create the CUDA context while waiting for a candidate (a pre-started worker waits here)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES"):
+        try:
+            if torch.cuda.is_available():
+                torch.zeros(1, device="cuda")
+        except Exception:  # noqa: BLE001 - a broken GPU shows up, classified, in the evaluation itself
+            pass
+
+
 def main() -> None:
+    _warm_up()
     cfg = json.loads(sys.stdin.read())
     chan = Channel(int(cfg["result_fd"]))
     # The repository must not be importable by the candidate, nor reachable by relative path.
