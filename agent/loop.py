@@ -40,7 +40,6 @@ MAX_ERROR_BACKOFF_S = 900.0
 
 def prepare_session(root: Path, name: str | None, cfg: RunConfig) -> Session:
     """A new session (name defaults to a timestamp) or an existing one to resume with `cfg`'s explicit options."""
-    cfg.validate()
     if name and (root / name / "session.toml").is_file():
         s = open_session(root, name)
         stored = RunConfig.from_toml(s.config())
@@ -50,6 +49,7 @@ def prepare_session(root: Path, name: str | None, cfg: RunConfig) -> Session:
         if cfg.explicit:
             write_config(s, merged.to_toml())
         return s
+    cfg.validate()   # a new session: the options alone must make sense (a resume validates the merge)
     try:
         task = load_task(cfg.task)
     except TaskError as exc:

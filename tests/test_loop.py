@@ -118,6 +118,9 @@ def test_prepare_session_names_validates_and_merges_on_resume(tmp_path: Path):
     again = prepare_session(root, s.name, RunConfig(max_cost=3.0, explicit=frozenset({"max_cost"})))
     merged = RunConfig.from_toml(again.config())
     assert (merged.max_cost, merged.beam, merged.seed) == (3.0, 2, 5)
+    llm = prepare_session(root, "l", config(task, proposer="llm", model="m1"))
+    prepare_session(root, "l", RunConfig(proposer="llm", explicit=frozenset({"proposer"})))   # the model is stored
+    assert RunConfig.from_toml(llm.config()).model == "m1"
     other = tiny_task(tmp_path / "x")
     with pytest.raises(SessionError, match="cannot change the task"):
         prepare_session(root, s.name, RunConfig(task=str(other), explicit=frozenset({"task"})))
