@@ -181,7 +181,7 @@ class Agent:
         self.steering = Steering(self.session, self.state, self.beam, self.emit, self.bench.check_set, self._set_budget)
         self.steering.restore()
         if not Setup(self).run(prior, stop, abort):
-            return ("abort", "") if abort.is_set() else ("stop", "stopped during setup")
+            return ("abort", "") if abort.is_set() else (self.stop_reason, "stopped during setup")
         if not self.state.branches:
             self.emit(ev.ErrorEvent(where="setup", message="no branch could be created", fatal=True))
             return "error", "no branches"
