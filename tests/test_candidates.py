@@ -1,0 +1,174 @@
+"""The qr candidate families on the CPU: the task's cpu_tests, the special matrices of issue 5,
+n from 1 up, the Triton kernels under TRITON_INTERPRET=1, and one `steer eval` run each.
+
+Every result is judged by kernels/qr/reference.py's per-matrix checker. Each candidate is one
+self-contained file, imported by path, as the harness does.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+QR = ROOT / "kernels" / "qr"
+CANDIDATES = QR / "candidates"
+FAMILIES = ("wy_blocked", "wy_triton", "cholqr", "superpanel")
+TRITON_FAMILIES = ("wy_triton", "cholqr", "superpanel")
+if str(QR) not in sys.path:
+    sys.path.insert(0, str(QR))
+import reference  # noqa: E402  (kernels/qr on sys.path, as GPU MODE runs it)
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SPECIALS = _load(ROOT / "scripts" / "qr_families.py", "qr_families_for_tests").special_inputs
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request):
+    """A family imported fresh by path; CPU tensors take its PyTorch path (TRITON_INTERPRET unset)."""
+    assert os.environ.get("TRITON_INTERPRET") != "1"
+    return _load(CANDIDATES / f"{request.param}.py", f"cand_{request.param}")
+
+
+def _check(mod, a, label):
+    out = mod.custom_kernel(a.clone())
+    ok, msg = reference.check_implementation(a, out)
+    assert ok, f"{label}: {msg}"
+    h, tau = out
+    assert h.dtype == torch.float32 and tau.shape == (a.shape[0], a.shape[-1])
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_source_follows_the_contract(name):
+    source = (CANDIDATES / f"{name}.py").read_text()
+    assert "stream" not in source.lower(), "GPU MODE rejects any file containing that word"
+    tree = ast.parse(source)
+    doc = ast.get_docstring(tree)
+    assert doc and doc.startswith(f"{name}: "), "the docstring starts with the family's name and what it is"
+    assert "where the time goes" in doc.lower()
+    consts = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+              if isinstance(t, ast.Name) and t.id in ("CONFIG", "SPACE")}
+    config, space = ast.literal_eval(consts["CONFIG"]), ast.literal_eval(consts["SPACE"])
+    assert set(config) == set(space)
+    for key, value in config.items():
+        assert isinstance(value, (int, float, str, bool)), key
+        assert value in space[key], f"CONFIG[{key!r}] = {value!r} not in SPACE"
+    imports = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imports |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imports <= {"os", "torch", "triton", "utils", "task"}, imports
+
+
+def test_cpu_tests(family):
+    doc = yaml.safe_load((QR / "task.yml").read_text())
+    for spec in doc["steer"]["cpu_tests"] + doc["steer"]["cpu_benchmarks"]:
+        _check(family, reference.generate_input(**spec), str(spec))
+
+
+def test_special_matrices(family):
+    for label, a in SPECIALS("cpu", sizes=(1, 2, 5, 40, 150)):
+        _check(family, a, label)
+
+
+def test_every_small_n_and_batch_one(family):
+    for n in list(range(1, 18)) + [31, 33, 64, 65, 129]:
+        _check(family, reference.generate_input(1, n, 8, 100 + n), f"batch 1, n={n}, cond 8")
+        _check(family, reference.generate_input(3, n, 2, 200 + n, "mixed"), f"mixed batch 3, n={n}")
+
+
+def test_empty_batch(family):
+    h, tau = family.custom_kernel(torch.zeros(0, 4, 4))
+    assert h.shape == (0, 4, 4) and tau.shape == (0, 4)
+
+
+def test_cholqr_decides_per_matrix():
+    """A batch mixing well-conditioned and exactly rank-deficient matrices: only the latter fall back."""
+    mod = _load(CANDIDATES / "cholqr.py", "cand_cholqr_mixed")
+    good = reference.generate_input(3, 48, 1, 5)
+    bad = reference.generate_input(2, 48, 0, 6, "rankdef")
+    a = torch.cat([good[:1], bad[:1], good[1:], bad[1:]])
+    mod.STATS.update(matrices=0, fallback=0)
+    _check(mod, a, "mixed good/rank-deficient")
+    assert mod.STATS == {"matrices": 5, "fallback": 2}
+
+
+# The Triton kernels under the interpreter, in a subprocess (TRITON_INTERPRET must be set before
+# triton is imported). Small configurations force every path on tiny shapes: the one-launch
+# small kernel, narrow and wide register panels, two-level panels, row-split updates with
+# atomics, and cholqr's Householder fallback (thr < 0 sends every matrix there). The PyTorch
+# path is made to raise, so a pass proves the kernels ran.
+INTERPRETED = r"""
+import json, sys, torch
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import importlib.util, reference
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path); mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod); return mod
+specials = load(sys.argv[3], "qf").special_inputs
+runs = json.loads(sys.argv[4])
+done = []
+for fam, cfg, sizes, cases in runs:
+    mod = load(f"{sys.argv[2]}/{fam}.py", fam)
+    mod.CONFIG.update(cfg)
+    def refuse(*a, **k):
+        raise AssertionError("the PyTorch path ran instead of the Triton kernels")
+    mod._factor_torch = refuse
+    inputs = specials("cpu", sizes=tuple(sizes)) + [(str(c), reference.generate_input(**c)) for c in cases]
+    for label, a in inputs:
+        ok, msg = reference.check_implementation(a, mod.custom_kernel(a.clone()))
+        assert ok, f"{fam} {cfg} {label}: {msg}"
+    done.append([fam, len(inputs)])
+print(json.dumps(done))
+"""
+
+_SMALL = dict(bn=16, bk=16)
+INTERPRETER_RUNS = [
+    ("wy_triton", {"small_max": 64}, [1, 12], [{"batch": 4, "n": 48, "cond": 2, "seed": 1, "case": "mixed"}]),
+    ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 256}, [5, 24],
+     [{"batch": 3, "n": 37, "cond": 0, "seed": 2, "case": "rankdef"}]),
+    # 24-48 rows: 8-column register panels inside 32-column outer panels (Gram + larft); <= 16 rows: one level
+    ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16,
+                    "split_min": 100000}, [5, 24], [{"batch": 3, "n": 48, "cond": 2, "seed": 3, "case": "mixed"}]),
+    ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16,
+                    "split_min": 0}, [], [{"batch": 2, "n": 40, "cond": 0, "seed": 4, "case": "nearcollinear"},
+                                          {"batch": 2, "n": 40, "cond": 0, "seed": 5, "case": "clustered"}]),
+    ("cholqr", {"thr": -1.0, "hh_small_max": 0, "hh_nb": 16, "hh_tile_max": 256}, [5, 24], []),
+]
+
+
+@pytest.mark.slow
+def test_triton_kernels_under_the_interpreter():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERPRETED, str(QR), str(CANDIDATES), str(ROOT / "scripts" / "qr_families.py"),
+         json.dumps(INTERPRETER_RUNS)],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [d[0] for d in done] == [r[0] for r in INTERPRETER_RUNS] and all(d[1] >= 2 for d in done)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAMILIES)
+def test_steer_eval_passes_on_cpu(name):
+    from agent.harness.runner import EvalOptions, evaluate
+    from agent.harness.task import load_task
+
+    result = evaluate(CANDIDATES / f"{name}.py", load_task("qr"), EvalOptions(mode="quick", device="cpu"))
+    assert result.ok, f"{result.error_class}: {result.message}\n{result.stderr_tail[-2000:]}"
+    assert result.geomean_us and not result.flags
