@@ -74,6 +74,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not f.is_file():
             raise UsageError(f"{f}: no such file")
     opts = _options(args)
+    opts.prestart = True  # each next candidate finds its worker ready
     results = []
     for f in [task.baseline] + files:
         if not args.json:

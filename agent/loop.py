@@ -292,7 +292,8 @@ class Agent:
             f.done.set()
 
     def eval_options(self, gpu: int | None) -> EvalOptions:
-        return EvalOptions(mode=self.cfg.eval_mode, device=self.device, gpu=gpu, stage_timeout=self.cfg.stage_timeout)
+        return EvalOptions(mode=self.cfg.eval_mode, device=self.device, gpu=gpu, stage_timeout=self.cfg.stage_timeout,
+                           prestart=True)
 
     def _collect(self, block: bool, abort: threading.Event | None = None) -> None:
         """Commit every finished evaluation; with `block`, first wait for one (watching for aborts)."""

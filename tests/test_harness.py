@@ -332,3 +332,46 @@ def test_prestarted_worker_serves_the_next_evaluation(small_qr_task, candidate):
     finally:
         runner.discard_prestarted()
     assert not runner._PRESTARTED and fresh.proc.poll() is not None
+
+
+def _workers_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry.name}/stat").read()
+            cmd = open(f"/proc/{entry.name}/cmdline", "rb").read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and b"agent.harness.worker" in cmd:
+            found.append(int(entry.name))
+    return found
+
+
+def test_worker_exits_when_its_agent_is_killed(small_qr_task, candidate):
+    import signal
+    import subprocess
+    import sys
+    slow = candidate("import time\ndef custom_kernel(data):\n    time.sleep(120)\n")
+    code = ("import sys; from agent.harness.runner import EvalOptions, evaluate; "
+            "from agent.harness.task import load_task; "
+            f"evaluate({str(slow)!r}, load_task({str(small_qr_task.path)!r}), EvalOptions(device='cpu'))")
+    agent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while not (workers := _workers_of(agent.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert workers, "no worker started"
+        time.sleep(1.0)  # let it reach the sleeping kernel
+        os.kill(agent.pid, signal.SIGKILL)
+        agent.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{w}") for w in workers):
+            time.sleep(0.1)
+        assert not any(os.path.exists(f"/proc/{w}") and b"harness.worker" in open(f"/proc/{w}/cmdline", "rb").read()
+                       for w in workers), "the worker outlived its agent"
+    finally:
+        if agent.poll() is None:
+            agent.kill()

@@ -13,6 +13,7 @@ import platform
 import random
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -277,7 +278,24 @@ def _warm_up() -> None:
             pass
 
 
+def _exit_with_parent() -> None:
+    """End this worker when the agent that started it dies (kill -9): no orphan keeps the GPU busy.
+
+    Polling getppid, not PR_SET_PDEATHSIG: that fires when the spawning *thread* exits, and a
+    pre-started worker outlives the evaluation thread that started it.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.25)
+            if os.getppid() != parent:
+                os._exit(70)
+    threading.Thread(target=watch, name="steer-parent-watch", daemon=True).start()
+
+
 def main() -> None:
+    _exit_with_parent()
     _warm_up()
     cfg = json.loads(sys.stdin.read())
     chan = Channel(int(cfg["result_fd"]))
