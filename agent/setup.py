@@ -7,7 +7,9 @@ All speedups are against the baseline measured here, in the same run.
 from __future__ import annotations
 
 import json
+import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +28,7 @@ class Setup:
         self.agent = agent
         self.dir = agent.session.artifacts / "setup"
 
-    def _evaluate(self, path: Path, label: str, abort: threading.Event) -> EvalResult:
+    def _evaluate(self, path: Path, label: str, abort: threading.Event, slot: int | None) -> EvalResult:
         a = self.agent
 
         def progress(msg: dict[str, Any]) -> None:
@@ -36,36 +38,59 @@ class Setup:
                 a.emit(ev.EvalProgress(iteration=0, branch=label, stage="bench",
                                        detail=f"benchmark {int(msg.get('index', 0)) + 1}/{msg.get('total')}"))
 
-        result = evaluate(path, a.task, a.eval_options(a.slots[0]), on_progress=progress, cancel=abort)
+        result = evaluate(path, a.task, a.eval_options(slot), on_progress=progress, cancel=abort)
         self.dir.mkdir(mode=0o700, exist_ok=True)
         out = self.dir / f"{label.replace('/', '_')}.json"
         out.write_text(json.dumps(result.to_json(), indent=1, default=str))
         out.chmod(0o600)
         return result
 
+    def _evaluate_all(self, jobs: list[tuple[str, Path]], abort: threading.Event) -> dict[str, EvalResult]:
+        """Evaluate setup jobs, one per evaluation slot at a time (two GPUs halve the setup)."""
+        slots = queue.Queue()
+        for slot in self.agent.slots:
+            slots.put(slot)
+
+        def one(job: tuple[str, Path]) -> EvalResult:
+            slot = slots.get()
+            try:
+                return self._evaluate(job[1], job[0], abort, slot)
+            finally:
+                slots.put(slot)
+        with ThreadPoolExecutor(max_workers=max(1, len(self.agent.slots))) as pool:
+            return dict(zip((label for label, _ in jobs), pool.map(one, jobs)))
+
     def run(self, prior: list[ev.Event], stop: threading.Event, abort: threading.Event) -> bool:
         """False when stopped or aborted before setup finished (a resume continues it)."""
         a = self.agent
         task = a.task
+        jobs: list[tuple[str, Path]] = []
         if task.baseline is not None and not any(isinstance(e, ev.BaselineMeasured) for e in prior):
-            r = self._evaluate(task.baseline, "baseline", abort)
+            jobs.append(("baseline", task.baseline))
+        seeds = [(branch_name(task.name, seed.stem), seed) for seed in task.seed_candidates()[: a.cfg.beam]]
+        jobs += [(name, seed) for name, seed in seeds if name not in a.state.branches]
+        if stop.is_set() or abort.is_set():
+            return False
+        results = self._evaluate_all(jobs, abort) if jobs else {}
+        if abort.is_set():
+            return False  # cancelled evaluations measured nothing; a resume redoes them
+        if "baseline" in results:
+            r = results["baseline"]
             a.emit(ev.BaselineMeasured(geomean_us=r.geomean_us if r.ok else None, ok=r.ok,
                                        message=r.message if not r.ok else "",
                                        cases=[{"spec": c.spec, "mean_us": c.mean_us, "stderr_us": c.stderr_us}
                                               for c in r.benchmarks]))
-        for seed in task.seed_candidates()[: a.cfg.beam]:
-            if stop.is_set() or abort.is_set():
+        for name, seed in seeds:
+            if abort.is_set():
                 return False
-            name = branch_name(task.name, seed.stem)
-            if name not in a.state.branches:
-                self._seed(seed, name, abort)
+            if name in results:
+                self._seed(seed, name, results[name])
         return not abort.is_set()
 
-    def _seed(self, path: Path, name: str, abort: threading.Event) -> None:
+    def _seed(self, path: Path, name: str, r: EvalResult) -> None:
         a = self.agent
         assert a.repo is not None
         code = path.read_text()
-        r = self._evaluate(path, name, abort)
         se = geomean_se(r.to_json().get("cases", [])) if r.ok else None
         base = a.state.baseline_us
         speedup = base / r.geomean_us if r.ok and base and r.geomean_us else None
