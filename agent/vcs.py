@@ -9,12 +9,13 @@ refs/steer/root (the empty root every branch grows from).
 """
 from __future__ import annotations
 
+import functools
 import io
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import git
 from git.objects.fun import tree_to_stream
@@ -94,7 +95,24 @@ def parse_trailers(message: str) -> dict[str, str]:
     return out
 
 
+def _restarting_helpers(method: Callable) -> Callable:
+    """Retry once after restarting gitpython's long-lived `git cat-file` children.
+
+    A Ctrl-C reaches the terminal's whole foreground process group, those children included;
+    without this, every later commit of the run failed with a broken pipe (seen on the H200).
+    """
+    @functools.wraps(method)
+    def wrapper(self: "SessionRepo", *args: Any, **kw: Any) -> Any:
+        try:
+            return method(self, *args, **kw)
+        except VcsError:
+            self.repo.git.clear_cache()
+            return method(self, *args, **kw)
+    return wrapper
+
+
 class SessionRepo:
+
     def __init__(self, repo: git.Repo):
         self.repo = repo
         self.path = Path(repo.working_tree_dir or repo.git_dir)
@@ -147,6 +165,7 @@ class SessionRepo:
     def root(self) -> str:
         return self.resolve(ROOT_REF) or ""
 
+    @_restarting_helpers
     def commit(self, code: str, message: str, parent: str) -> str:
         """A commit holding `code` as submission.py on top of `parent`; no ref moves."""
         try:
@@ -154,12 +173,15 @@ class SessionRepo:
         except (git.GitError, ValueError, OSError) as exc:
             raise VcsError(f"cannot commit on {parent[:10]}: {exc}") from None
 
+    @_restarting_helpers
     def create_branch(self, branch: str, sha: str) -> None:
         self._update_ref("refs/heads/" + branch, sha)
 
+    @_restarting_helpers
     def move_branch(self, branch: str, sha: str, old: str | None = None) -> None:
         self._update_ref("refs/heads/" + branch, sha, old)
 
+    @_restarting_helpers
     def mark_attempt(self, iteration: int, sha: str) -> None:
         self._update_ref(f"{ATTEMPT_PREFIX}{iteration}", sha)
 
@@ -175,6 +197,7 @@ class SessionRepo:
         except git.GitCommandError:
             return None
 
+    @_restarting_helpers
     def read(self, sha: str) -> str:
         try:
             blob = self.repo.commit(sha).tree[CANDIDATE_FILE]
@@ -182,6 +205,7 @@ class SessionRepo:
         except (KeyError, ValueError, git.GitError) as exc:
             raise VcsError(f"{sha[:10]} holds no {CANDIDATE_FILE}: {exc}") from None
 
+    @_restarting_helpers
     def message(self, sha: str) -> str:
         return str(self.repo.commit(sha).message)
 

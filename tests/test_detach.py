@@ -83,3 +83,32 @@ def test_stop_agent_with_nobody_running(tmp_path: Path):
     assert stop_agent(s, timeout=1) is True
     r = steer("stop", "idle", root=tmp_path / "sessions")
     assert r.returncode == 0 and "no agent is running" in r.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_foreground_group_stops_cleanly(tmp_path: Path):
+    """Ctrl-C reaches every process of the terminal's foreground group, git helpers included.
+
+    Seen on the H200: a killed `git cat-file` child made the next commit fail with a broken pipe.
+    """
+    import subprocess
+    import sys
+    from fixtures.agent_helpers import REPO_ROOT
+    root = tmp_path / "sessions"
+    task = tiny_task(tmp_path, seeds=("sleepy", "steady"))
+    s = prepare_session(root, "fg", config(task, max_iterations=30))
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "fg", "--headless", "--root", str(root)],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(s, lambda es: any(isinstance(e, ev.EvalProgress) and e.iteration == 3 for e in es), timeout=120)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    found = events(s)
+    assert not of_type(found, ev.ErrorEvent), out.decode()[-2000:]
+    stopped = of_type(found, ev.AgentStopped)
+    assert stopped and stopped[-1].reason == "signal"
+    assert any(isinstance(e, ev.AttemptCommitted) and e.iteration == 3 for e in found)
+    check_record(s)
