@@ -22,8 +22,6 @@ from console.alerts import Alert
 from console.digest import SeenStore
 from console.messages import EventsRead, HolderChanged, InboxRead, SessionGone, SessionLoaded
 from console.model import ConsoleModel
-from console.screens.dialogs import QuitDialog
-from console.screens.digest import DigestScreen
 from console.screens.main import MainScreen
 from console.tail import SessionTail, TailCallbacks
 
@@ -41,7 +39,8 @@ class SteerApp(App[str | None]):
 
     def __init__(self, session: Session, *, mode: str = "attach", runner: AgentRunner | None = None,
                  handoff: Callable[[], int] | None = None, alerts: bool = True, digest: bool = True,
-                 clock: Callable[[], float] = time.time, seen: SeenStore | None = None) -> None:
+                 clock: Callable[[], float] = time.time, seen: SeenStore | None = None,
+                 tail: SessionTail | None = None) -> None:
         super().__init__()
         self.session = session
         self.mode = mode
@@ -56,7 +55,8 @@ class SteerApp(App[str | None]):
         self.load_seconds = 0.0
         self.agent_result: str | None = None
         self.main = MainScreen()
-        self._since = self.seen.last_seen(session.dir)
+        # The CLI may have started folding the backlog already (SessionTail.preload).
+        self.tail = tail or SessionTail(session, since_seq=self.seen.last_seen(session.dir))
         self._stop, self._abort = threading.Event(), threading.Event()
         self._leaving = False
         self._dirty = True
@@ -102,7 +102,7 @@ class SteerApp(App[str | None]):
             gone=lambda reason: self.post_message(SessionGone(reason)),
         )
         stop = get_current_worker().cancelled_event      # set when the app shuts its workers down
-        SessionTail(self.session, callbacks, since_seq=self._since).run(stop)
+        self.tail.run(stop, callbacks)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="agent", description="agent loop")
     def _run_agent(self) -> str:
@@ -132,7 +132,7 @@ class SteerApp(App[str | None]):
         self._paint()
         digest = self.model.digest
         if self.show_digest and digest is not None and not digest.empty:
-            self.push_screen(DigestScreen(digest))
+            self.main.action_digest()
 
     @on(EventsRead)
     def fold_events(self, message: EventsRead) -> None:
@@ -194,6 +194,7 @@ class SteerApp(App[str | None]):
             elif choice == "stop":
                 self.stop_agent("stopping the agent …")
 
+        from console.screens.dialogs import QuitDialog
         self.push_screen(QuitDialog(), chosen)
 
     def keep_running(self) -> None:

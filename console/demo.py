@@ -43,11 +43,12 @@ def demo_events(attempts: int = 40, seed: int = 7, stopped: bool = True, results
                           device_name="NVIDIA H200", gpus=[0], version="0.1.0"))
     add(ev.BaselineMeasured(geomean_us=BASELINE_US, cases=[{"spec": s, "mean_us": 1000.0} for s in SPECS]), 40)
     best: dict[str, float] = {}
+    floor: dict[str, float] = {}       # gains shrink as a branch nears it: long runs plateau
     since: dict[str, int] = {}
     for name, family, us in BRANCHES:
         add(ev.BranchCreated(branch=name, family=family, sha=f"{zlib.crc32(name.encode()):08x}0000",
                              source=f"kernels/qr/candidates/{family}.py", geomean_us=us), 20)
-        best[name], since[name] = us, 0
+        best[name], since[name], floor[name] = us, 0, us * 0.45
     names = [b[0] for b in BRANCHES]
     steer_at = {max(2, attempts // 3): ("s0000001", "try a larger panel width on cholqr", "qr/cholqr", "once"),
                 max(3, attempts // 2): ("s0000002", "prefer num_warps 8", None, "standing")}
@@ -62,18 +63,29 @@ def demo_events(attempts: int = 40, seed: int = 7, stopped: bool = True, results
         summary = f"{knob} {rng.choice((16, 32, 64, 128))} -> {rng.choice((16, 32, 64, 128, 256))}"
         add(ev.ProposalMade(iteration=i, branch=branch, proposer="tune", ok=True, summary=summary,
                             steering_ids=[steer_at[i][0]] if i in steer_at else []), 2)
-        for stage in ("tests", "bench"):
-            add(ev.EvalProgress(iteration=i, branch=branch, stage=stage, detail="12/12" if stage == "bench" else ""),
-                10)
+        for stage, detail in (("import", ""), ("smoke", ""), ("tests", "")) + tuple(
+                ("bench", f"benchmark {k}/{len(SPECS)}") for k in range(1, len(SPECS) + 1, 3)) + (("bench", "done"),):
+            add(ev.EvalProgress(iteration=i, branch=branch, stage=stage, detail=detail), 3)
         failed = rng.random() < 0.12
-        us = None if failed else best[branch] * rng.uniform(0.93, 1.08)
+        gap = best[branch] - floor[branch]
+        us = None if failed else floor[branch] + gap * rng.uniform(0.88, 1.12)
         result: dict = {}
-        if results:
-            result = {"ok": not failed, "stage": "bench", "mode": "quick", "geomean_us": us,
-                      "cases": [{"kind": "benchmark", "spec": s, "passed": not failed,
-                                 "mean_us": None if us is None else us * rng.uniform(0.2, 4.0),
-                                 "std_us": 1.0, "runs": 5} for s in SPECS],
-                      "stderr_tail": "" if not failed else "RuntimeError: mismatch at [3, 17]"}
+        if results:     # shaped like the harness JSON the agent puts in eval_finished (~5 KB)
+            result = {"ok": not failed, "error_class": "wrong" if failed else None, "message": "",
+                      "stage": "bench", "mode": "quick", "device": "cuda", "task": "qr",
+                      "candidate": f"artifacts/{i}/candidate.py", "geomean_us": us,
+                      "cases": [{"kind": "test", "spec": {**sp, "seed": 100 + k}, "passed": True, "message": "",
+                                 "mean_us": None, "std_us": None, "stderr_us": None, "best_us": None,
+                                 "worst_us": None, "runs": 0, "per_call_inputs": 1, "profile": None}
+                                for k, sp in enumerate(SPECS[:10])]
+                      + [{"kind": "benchmark", "spec": sp, "passed": not failed, "message": "",
+                          "mean_us": None if us is None else us * rng.uniform(0.2, 4.0), "std_us": 1.0,
+                          "stderr_us": 0.1, "best_us": None if us is None else us * 0.2, "worst_us": None,
+                          "runs": 5, "per_call_inputs": 1, "profile": None} for sp in SPECS],
+                      "stderr_tail": "" if not failed else "RuntimeError: mismatch at [3, 17]\n" * 20,
+                      "stdout_tail": "", "flags": [], "versions": {"torch": "2.11.0", "triton": "3.6.0"},
+                      "wall_s": 31.2, "timed_s": 12.5, "stage_s": {"import": 1.1, "tests": 8.0, "bench": 22.1},
+                      "exit_code": 0, "sandbox": "landlock", "overhead_s": 18.7}
         add(ev.EvalFinished(iteration=i, branch=branch, ok=not failed, error_class="wrong" if failed else None,
                             message="output mismatch in case 4" if failed else "ok", geomean_us=us,
                             speedup=BASELINE_US / us if us else None, result=result), 30)

@@ -20,6 +20,7 @@ from console.digest import Digest
 ASPECTS = ("header", "beam", "chart", "attempts", "steering", "activity")
 ACTIVITY_LINES = 300
 
+_SERIES_TYPES = frozenset({"branch_created", "attempt_committed", "steering_applied"})
 _ASPECTS_OF: dict[str, tuple[str, ...]] = {
     "session_started": ("header", "beam", "chart"),
     "baseline_measured": ("header", "beam", "chart"),
@@ -93,6 +94,7 @@ class ConsoleModel:
         self.series: dict[str, BranchSeries] = {}
         self.marks: list[Mark] = []
         self._marked: set[str] = set()
+        self._recent: deque[ev.Event] = deque(maxlen=ACTIVITY_LINES)   # backlog events for the activity log
         self.digest = Digest(since_seq) if since_seq is not None else None
         self.live = False          # set once the backlog is folded: alerts only for new events
         self.gone = ""             # why the session can no longer be read, once it cannot
@@ -103,30 +105,52 @@ class ConsoleModel:
         for a in aspects:
             self.versions[a] += 1
 
-    def apply(self, events: Iterable[ev.Event]) -> list[Alert]:
-        """Fold new events; returns the alerts they raise (none while loading the backlog)."""
+    def apply(self, events: Iterable[ev.Event], backlog: bool = False) -> list[Alert]:
+        """Fold new events; returns the alerts they raise (never for the backlog).
+
+        `backlog`: a bulk load before the first paint; panel versions and activity lines are
+        settled once by finish_backlog() instead of per event.
+        """
         alerts: list[Alert] = []
-        state = self.state
+        state, digest, recent = self.state, self.digest, self._recent
         for e in events:
-            if isinstance(e, ev.UnknownEvent):
+            t = e.type
+            if t == "unknown":
                 continue
-            prev_best = state.best_us if isinstance(e, ev.AttemptCommitted) else None
+            committed = t == "attempt_committed"
+            prev_best = state.best_us if committed else None
             state.apply(e)
-            new_best = (isinstance(e, ev.AttemptCommitted) and e.verdict == "accepted" and bool(e.geomean_us)
-                        and (prev_best is None or e.geomean_us < prev_best))
-            self._extend_series(e)
-            self.bump("header", "activity", *_ASPECTS_OF.get(e.type, ()))
+            new_best = (committed and e.verdict == "accepted" and bool(e.geomean_us)  # type: ignore[attr-defined]
+                        and (prev_best is None or e.geomean_us < prev_best))  # type: ignore[attr-defined]
+            if t in _SERIES_TYPES:
+                self._extend_series(e)
+            if digest is not None:
+                digest.feed(e, state, new_best)
+            if backlog:
+                if t != "eval_progress":
+                    recent.append(e)
+                continue
+            self.bump("header", "activity", *_ASPECTS_OF.get(t, ()))
             line = activity_line(e, state)
             if line is not None:
                 self.activity.append(line)
                 self.activity_total += 1
-            if self.digest is not None:
-                self.digest.feed(e, state, new_best)
             if self.live:
                 alert = alert_for(e, state, new_best)
                 if alert is not None:
                     alerts.append(alert)
         return alerts
+
+    def finish_backlog(self) -> None:
+        """After apply(..., backlog=True): the activity lines of the last events, every panel stale."""
+        for e in self._recent:
+            line = activity_line(e, self.state)
+            if line is not None:
+                self.activity.append(line)
+                self.activity_total += 1
+        self._recent.clear()
+        self.bump(*ASPECTS)
+        self.live = True
 
     def add_inbox(self, records: Iterable[dict[str, Any]]) -> None:
         added = False

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.session import EventReader, Session
+from agent.session import Session
 from console import fmt
+from console.backlog import load_backlog
 from console.model import ConsoleModel
 
 COLORS = ("tab:cyan", "tab:purple", "tab:green", "tab:orange", "tab:blue", "tab:red", "tab:olive", "tab:gray")
@@ -17,9 +18,7 @@ COLORS = ("tab:cyan", "tab:purple", "tab:green", "tab:orange", "tab:blue", "tab:
 
 def load_model(session: Session) -> ConsoleModel:
     model = ConsoleModel()
-    reader = EventReader(session.events_path)
-    while batch := reader.read_new(limit=5000):
-        model.apply(batch)
+    load_backlog(session.events_path, model)
     return model
 
 

@@ -7,6 +7,8 @@ file systems where inotify says nothing. Nothing here imports Textual.
 """
 from __future__ import annotations
 
+import os
+import pickle
 import threading
 import time
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from typing import Any, Callable
 
 from agent.events import Event
 from agent.session import EventReader, Session, lock_holder, read_inbox
+from console.backlog import load_backlog
 from console.model import ConsoleModel
 
 try:
@@ -22,6 +25,9 @@ try:
 except ImportError:  # pragma: no cover - watchdog is a dependency; polling still works without it
     Observer = None  # type: ignore[assignment,misc]
     FileSystemEventHandler = object  # type: ignore[assignment,misc]
+
+
+BATCH = 5000           # events per message while catching up: the UI stays responsive between batches
 
 
 class _Wake(FileSystemEventHandler):  # type: ignore[misc,valid-type]
@@ -44,34 +50,86 @@ class TailCallbacks:
 
 
 class SessionTail:
-    def __init__(self, session: Session, callbacks: TailCallbacks, since_seq: int | None = None,
-                 debounce: float = 0.03, poll: float = 1.0, batch: int = 5000) -> None:
+    def __init__(self, session: Session, since_seq: int | None = None, debounce: float = 0.03,
+                 poll: float = 1.0) -> None:
         self.session = session
-        self.cb = callbacks
         self.since_seq = since_seq
-        self.debounce, self.poll, self.batch = debounce, poll, batch
+        self.debounce, self.poll = debounce, poll
         self.wake = threading.Event()
         self.reader = EventReader(session.events_path)
         self.inbox_offset = 0
+        self.cb: TailCallbacks | None = None
         self._holder: int | None = None
+        self._preload: threading.Thread | None = None
+        self._loaded: tuple[ConsoleModel, float] | None = None
 
     def load(self) -> ConsoleModel:
         """Fold everything written so far (streaming: the backlog is never held in memory)."""
         model = ConsoleModel(self.since_seq)
-        while batch := self.reader.read_new(limit=self.batch):
-            model.apply(batch)
+        self.reader.offset = load_backlog(self.session.events_path, model)
         records, self.inbox_offset = read_inbox(self.session, 0)
         model.add_inbox(r for r, _ in records)
         model.holder = self._holder = self.session.holder()
-        model.live = True
         return model
 
-    def run(self, stop: threading.Event) -> None:
+    def _timed_load(self) -> None:
+        t0 = time.perf_counter()
+        model = self.load()
+        self._loaded = (model, time.perf_counter() - t0)
+
+    def preload(self) -> "SessionTail":
+        """Start folding the backlog now, while the UI is still being imported and built.
+
+        Folding is pure-Python CPU work, so a thread would only take turns with the UI under the
+        GIL. Where the process can still fork safely (one thread), a child process folds and hands
+        back the pickled model: on two or more cores the fold and the UI start up side by side.
+        Otherwise, or if the child fails, it is a thread, or the fold happens in run()."""
+        if hasattr(os, "fork") and threading.active_count() == 1:
+            self._preload = threading.Thread(target=self._fork_load, name="steer-preload", daemon=True)
+        else:
+            self._preload = threading.Thread(target=self._timed_load, name="steer-preload", daemon=True)
+        self._preload.start()
+        return self
+
+    def _fork_load(self) -> None:
+        t0 = time.perf_counter()
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:                      # the child: fold, send, and leave without any cleanup
+            code = 1
+            try:
+                os.close(read_end)
+                model = self.load()
+                data = pickle.dumps((model, self.reader.offset, self.inbox_offset, self._holder),
+                                    protocol=pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(write_end, "wb") as f:
+                    f.write(data)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as f:
+            data = f.read()
+        os.waitpid(pid, 0)
+        try:
+            model, self.reader.offset, self.inbox_offset, self._holder = pickle.loads(data)
+        except Exception:  # noqa: BLE001 - the child died or sent nothing usable: fold here instead
+            self._timed_load()
+            return
+        self._loaded = (model, time.perf_counter() - t0)
+
+    def run(self, stop: threading.Event, callbacks: TailCallbacks) -> None:
+        self.cb = callbacks
         observer = self._watch()
         try:
-            t0 = time.perf_counter()
-            model = self.load()
-            self.cb.loaded(model, time.perf_counter() - t0)
+            if self._preload is not None:
+                self._preload.join()
+            if self._loaded is None:
+                self._timed_load()
+            assert self._loaded is not None
+            self.cb.loaded(*self._loaded)
+            self._loaded = None          # from now on the UI owns the model
+            self.wake.set()              # whatever was appended while loading is read at once
             while not stop.is_set():
                 if self.wake.wait(self.poll):
                     self.wake.clear()
@@ -93,7 +151,8 @@ class SessionTail:
 
     def step(self) -> None:
         """Read what was appended since the last step and report it."""
-        while batch := self.reader.read_new(limit=self.batch):
+        assert self.cb is not None
+        while batch := self.reader.read_new(limit=BATCH):
             self.cb.events(batch)
         records, self.inbox_offset = read_inbox(self.session, self.inbox_offset)
         if records:

@@ -130,9 +130,9 @@ def test_tail_reads_incrementally_and_reports_gone(tmp_path: Path) -> None:
     got: dict[str, list] = {"events": [], "inbox": [], "gone": [], "loaded": []}
     cb = TailCallbacks(loaded=lambda m, s: got["loaded"].append(m), events=got["events"].extend,
                        inbox=got["inbox"].extend, holder=lambda pid: None, gone=got["gone"].append)
-    tail = SessionTail(session, cb, poll=0.05)
+    tail = SessionTail(session, poll=0.05).preload()
     stop = threading.Event()
-    thread = threading.Thread(target=tail.run, args=(stop,), daemon=True)
+    thread = threading.Thread(target=tail.run, args=(stop, cb), daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not got["loaded"] and time.monotonic() < deadline:
@@ -171,7 +171,7 @@ def test_attempt_detail_from_git_and_artifacts(tmp_path: Path) -> None:
     a = state.attempt(2)
     assert a is not None
     d = load_detail(session, a)         # no artifacts: the result comes from the events
-    assert len(d.cases) == 12 and "transcript" in d.transcript_note
+    assert len(d.cases) == 22 and "transcript" in d.transcript_note
     assert scan_events(session, 2)["eval_finished"].iteration == 2
     art = session.artifact_dir(2)
     (art / "transcript.txt").write_text("PROMPT\n...\nREPLY\n")

@@ -30,7 +30,7 @@ def test_stored_capture_shows_the_console() -> None:
     text = STORED.read_text()
     lines = text.splitlines()
     assert len(lines) == 40 and max(len(line) for line in lines) <= 120
-    for needle in ("demo │ task qr │ tune │ NVIDIA H200", "best 75,405 µs 1.55×", "qr/cholqr", "beam",
+    for needle in ("demo │ task qr │ tune │ NVIDIA H200", "best 77,390 µs 1.51×", "qr/cholqr", "beam",
                    "timing · log µs", "attempts · all branches · 40", "steering", "used in #13",
                    "rejected: unknown b", "activity", "q Quit", "^p palette"):
         assert needle in text, needle

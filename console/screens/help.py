@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from console.widgets.steering import SLASH_COMMANDS
+from console.widgets.steering import slash_commands
 
 KEYS = (
     ("space", "pause or resume the branch selected in the beam table (sends /pause B or /resume B)"),
@@ -41,7 +41,7 @@ class HelpScreen(ModalScreen[None]):
             keys.add_row(Text(key, style="bold"), what)
         cmds = Table(title="Steering commands (type them in the prompt)", title_justify="left",
                      show_header=False, box=None, padding=(0, 2))
-        for usage, what in SLASH_COMMANDS.values():
+        for usage, what in slash_commands().values():
             cmds.add_row(Text(usage, style="bold"), what)
         with VerticalScroll(id="help-body"):
             yield Static(keys)

@@ -12,10 +12,6 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.model import ConsoleModel
 from console.palette import MainCommands
-from console.screens.detail import DetailScreen
-from console.screens.dialogs import ConfirmDialog, ForkDialog
-from console.screens.digest import DigestScreen
-from console.screens.help import HelpScreen
 from console.widgets.activity import ActivityPane
 from console.widgets.attempts import AttemptsLog
 from console.widgets.beam import BeamTable
@@ -137,6 +133,7 @@ class MainScreen(Screen[None]):
         def done(name: str | None) -> None:
             if name:
                 self.send(f"/fork {branch} {name}")
+        from console.screens.dialogs import ForkDialog
         self.app.push_screen(ForkDialog(branch), done)
 
     def action_kill(self) -> None:
@@ -148,6 +145,7 @@ class MainScreen(Screen[None]):
         def done(yes: bool | None) -> None:
             if yes:
                 self.send(f"/kill {branch}")
+        from console.screens.dialogs import ConfirmDialog
         self.app.push_screen(ConfirmDialog(f"Kill branch {branch}? It is never scheduled again."), done)
 
     def action_focus_steering(self) -> None:
@@ -165,6 +163,7 @@ class MainScreen(Screen[None]):
         if attempt is None:
             self.notify(f"no attempt #{iteration}", severity="warning")
             return
+        from console.screens.detail import DetailScreen   # the other screens load when first opened
         self.app.push_screen(DetailScreen(self.steer_app.session, attempt, self.model.state.baseline_us))
 
     def action_toggle_axis(self) -> None:
@@ -192,9 +191,11 @@ class MainScreen(Screen[None]):
         if digest is None or digest.empty:
             self.notify("nothing new since you last looked")
             return
+        from console.screens.digest import DigestScreen
         self.app.push_screen(DigestScreen(digest))
 
     def action_help(self) -> None:
+        from console.screens.help import HelpScreen
         self.app.push_screen(HelpScreen())
 
     def key_escape(self) -> None:

@@ -45,7 +45,8 @@ class ActivityPane(Vertical):
         if model.activity_total == self._written:
             return
         log = self.query_one(RichLog)
-        fresh = min(model.activity_total - self._written, len(model.activity))
+        # at most 100 lines a repaint: the pane shows a few, and each line costs a render
+        fresh = min(model.activity_total - self._written, len(model.activity), 100)
         for line in list(model.activity)[len(model.activity) - fresh:]:
             text = Text(no_wrap=True, overflow="ellipsis")
             text.append(f"{fmt.clock(line.ts)} {LEVEL_MARK[line.level]} ", style="dim")

@@ -38,6 +38,31 @@ def thin(xs: list[float], ys: list[float], x0: float, x1: float, y0: float, y1: 
     return out_x, out_y
 
 
+def step_line(xs: list[float], ys: list[float], x0: float, x1: float, x_end: float,
+              cols: int) -> tuple[list[float], list[float]]:
+    """The best-so-far staircase through (xs, ys), to x_end. Gains that fall in one of `cols`
+    columns merge into the last of them: plotext draws every segment point by point, and a
+    long run has thousands of gains but the chart only so many columns."""
+    scale = cols / ((x1 - x0) or 1.0)
+    px: list[float] = []
+    py: list[float] = []
+    last_cell = None
+    for x, y in zip(xs, ys):
+        cell = int((x - x0) * scale)
+        if cell == last_cell:
+            py[-1] = y          # same column: only the level it ends at shows
+            continue
+        if px:
+            px.append(x)
+            py.append(py[-1])
+        px.append(x)
+        py.append(y)
+        last_cell = cell
+    px.append(max(x_end, px[-1]))
+    py.append(py[-1])
+    return px, py
+
+
 def int_ticks(x0: float, x1: float, n: int) -> list[float]:
     """At most about n whole-number ticks on 1-2-5 steps (iterations are whole)."""
     span, step, k = max(1.0, x1 - x0), 1.0, 0
@@ -135,14 +160,5 @@ class TimingChart(PlotextPlot):
             plt.scatter(fx, fy, marker="x", color=color)  # type: ignore[attr-defined]
         if b.gains:
             gx = self._x(model, [g.iteration for g in b.gains], [g.ts for g in b.gains])
-            sx: list[float] = []
-            sy: list[float] = []
-            for i, g in enumerate(b.gains):
-                if i:
-                    sx.append(gx[i])
-                    sy.append(sy[-1])
-                sx.append(gx[i])
-                sy.append(g.us)
-            sx.append(max(x_end, sx[-1]))
-            sy.append(sy[-1])
+            sx, sy = step_line(gx, [g.us for g in b.gains], x0, x1, x_end, cols * 2)
             plt.plot(sx, sy, marker="braille", color=color)  # type: ignore[attr-defined]

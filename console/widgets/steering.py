@@ -3,6 +3,7 @@ the prompts sent so far with their state (queued → seen → used in #N, or rej
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Callable
 
 from rich.table import Table
@@ -15,15 +16,29 @@ from textual.message import Message
 from textual.suggester import Suggester
 from textual.widgets import Input, Select, Static
 
-from agent.steering import HELP
 from console import fmt
 from console.model import ConsoleModel
 
 ALL = "*"
-# name -> (usage, what it does), from the agent's own list: it is the authority on commands.
-SLASH_COMMANDS: dict[str, tuple[str, str]] = {usage.split()[0][1:]: (usage, what) for usage, what in HELP.items()}
-SLASH_COMMANDS.setdefault("unfocus", ("/unfocus", "schedule every live branch again"))
-_TAKES_BRANCH = {name for name, (usage, _) in SLASH_COMMANDS.items() if usage.split()[1:2] in (["B"], ["B[@ITER|@SHA]"])}
+
+
+@cache
+def slash_commands() -> dict[str, tuple[str, str]]:
+    """name -> (usage, what it does), from the agent's own list: it is the authority on commands.
+
+    Imported on first use: agent.steering pulls in gitpython, which a first paint does not need."""
+    from agent.steering import HELP
+    out = {usage.split()[0][1:]: (usage, what) for usage, what in HELP.items()}
+    out.setdefault("unfocus", ("/unfocus", "schedule every live branch again"))
+    return out
+
+
+@cache
+def takes_branch() -> frozenset[str]:
+    return frozenset(name for name, (usage, _) in slash_commands().items()
+                     if usage.split()[1:2] in (["B"], ["B[@ITER|@SHA]"]))
+
+
 STATUS_STYLE = {"queued": "cyan", "seen": "yellow", "used": "green", "rejected": "red", "dropped": "dim"}
 
 
@@ -39,9 +54,9 @@ class SteeringSuggester(Suggester):
             return None
         head, sep, rest = value[1:].partition(" ")
         if not sep:
-            hits = [c for c in SLASH_COMMANDS if c.startswith(head)]
+            hits = [c for c in slash_commands() if c.startswith(head)]
             return f"/{hits[0]} " if len(hits) >= 1 and head else None
-        if head in _TAKES_BRANCH and " " not in rest:
+        if head in takes_branch() and " " not in rest:
             hits = [b for b in self.branches() if b.startswith(rest)]
             return f"/{head} {hits[0]}" if hits else None
         return None
