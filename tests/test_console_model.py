@@ -178,3 +178,41 @@ def test_attempt_detail_from_git_and_artifacts(tmp_path: Path) -> None:
     (art / "eval.json").write_text(json.dumps({"ok": False, "stderr_tail": "Traceback: boom", "cases": []}))
     d = load_detail(session, a)
     assert d.transcript.startswith("PROMPT") and d.stderr == "Traceback: boom"
+
+
+def _slow_fold(path: Path, since: int | None = None) -> ConsoleModel:
+    m = ConsoleModel(since)
+    reader = EventReader(path)
+    while batch := reader.read_new(limit=1000):
+        m.apply(batch)
+    return m
+
+
+@pytest.mark.parametrize("tail", ["", "progress", "torn", "garbage"])
+def test_fast_backlog_fold_equals_the_plain_fold(tmp_path: Path, tail: str) -> None:
+    from dataclasses import asdict
+
+    from console.backlog import load_backlog
+    session = write_demo(tmp_path, "b", attempts=30, results=True, stopped=False)
+    with open(session.events_path, "a") as f:
+        f.write(json.dumps({"seq": 10**5, "ts": 2e9, "type": "martian"}) + "\n")
+        if tail == "progress":     # the file ends while an evaluation runs
+            f.write(json.dumps(ev.EvalProgress(iteration=31, branch="qr/cholqr", stage="bench", detail="3/12",
+                                               seq=10**5 + 1, ts=2e9 + 1).to_json()) + "\n")
+        if tail == "garbage":
+            f.write("{not json\n")
+        if tail == "torn":
+            f.write('{"seq": 100001, "ts": 2000000001.0, "type": "err')
+    fast = ConsoleModel(since_seq=50)
+    offset = load_backlog(session.events_path, fast)
+    slow = _slow_fold(session.events_path, since=50)
+    a, b = fast.state, slow.state
+    assert (a.iteration, a.best_us, a.last_seq, a.last_ts, a.activity, a.evaluations, a.tokens) == \
+           (b.iteration, b.best_us, b.last_seq, b.last_ts, b.activity, b.evaluations, b.tokens)
+    assert [asdict(x) for x in a.attempts] == [asdict(x) for x in b.attempts]
+    assert [x.text for x in fast.activity] == [x.text for x in slow.activity]
+    assert fast.digest is not None and slow.digest is not None and fast.digest.lines() == slow.digest.lines()
+    assert {k: (v.gains, v.it, v.fail_it) for k, v in fast.series.items()} == \
+           {k: (v.gains, v.it, v.fail_it) for k, v in slow.series.items()}
+    size = session.events_path.stat().st_size
+    assert offset == (size - len('{"seq": 100001, "ts": 2000000001.0, "type": "err') if tail == "torn" else size)
