@@ -30,6 +30,8 @@ def main() -> int:
     ap.add_argument("candidates", nargs="*")
     ap.add_argument("--mode", default="quick")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--prestart", action="store_true",
+                    help="as the agent loop runs: a pre-started worker; report each candidate's second evaluation")
     args = ap.parse_args()
     task = load_task("qr")
     t0 = time.monotonic()
@@ -38,7 +40,10 @@ def main() -> int:
     files = [Path(c) for c in args.candidates] or [task.baseline]
     rows = []
     for f in files:
-        r = evaluate(f, task, EvalOptions(mode=args.mode))
+        opts = EvalOptions(mode=args.mode, prestart=args.prestart)
+        r = evaluate(f, task, opts)
+        if args.prestart:
+            r = evaluate(f, task, opts)
         rows.append({"candidate": f.name, "ok": r.ok, "error": r.error_class, "wall_s": round(r.wall_s, 3),
                      "timed_s": round(r.timed_s, 3), "overhead_s": round(r.overhead_s, 3), "stage_s": r.stage_s,
                      "geomean_us": r.geomean_us})
@@ -46,7 +51,7 @@ def main() -> int:
         for name, src in BROKEN.items():
             p = Path(d) / (name.replace(" ", "_") + ".py")
             p.write_text(src)
-            r = evaluate(p, task, EvalOptions(mode=args.mode))
+            r = evaluate(p, task, EvalOptions(mode=args.mode, prestart=args.prestart))
             rows.append({"candidate": f"broken: {name}", "ok": r.ok, "error": r.error_class,
                          "wall_s": round(r.wall_s, 3), "timed_s": 0.0, "overhead_s": round(r.wall_s, 3),
                          "stage_s": r.stage_s, "geomean_us": None})

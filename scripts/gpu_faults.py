@@ -34,9 +34,10 @@ def custom_kernel(data):
     "kernel that never ends": TRITON + '''
 @triton.jit
 def _spin(p):
-    x = tl.load(p)
+    # volatile: a plain load is hoisted and the loop compiled away (seen on the H200)
+    x = tl.load(p, volatile=True)
     while x == 0:
-        x = tl.load(p)
+        x = tl.load(p, volatile=True)
 
 def custom_kernel(data):
     _spin[(1,)](torch.zeros(1, device=data.device))
@@ -74,6 +75,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--only", action="append", default=None, help="run only these scenarios (repeatable)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
@@ -81,6 +83,8 @@ def main() -> int:
         good = Path(d) / "good.py"
         good.write_text(GOOD)
         for name, src in SCENARIOS.items():
+            if args.only and name not in args.only:
+                continue
             path = Path(d) / (name.replace(" ", "_") + ".py")
             path.write_text(textwrap.dedent(src))
             t0 = time.monotonic()
