@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-VERDICT_MARK = {"accepted": "✓", "rejected": "·", "failed": "✗", "running": "…"}
+VERDICT_MARK = {"accepted": "✓", "rejected": "·", "failed": "✗", "running": "…", "unfinished": "✗"}
 
 
 def us(value: float | None) -> str:

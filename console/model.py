@@ -23,6 +23,8 @@ ACTIVITY_LINES = 300
 _SERIES_TYPES = frozenset({"branch_created", "attempt_committed", "steering_applied"})
 _ASPECTS_OF: dict[str, tuple[str, ...]] = {
     "session_started": ("header", "beam", "chart"),
+    "session_resumed": ("attempts",),       # an unfinished iteration is marked failed
+    "agent_stopped": ("attempts",),         # ... and one still "running" is not any more
     "baseline_measured": ("header", "beam", "chart"),
     "branch_created": ("beam", "chart", "steering"),
     "branch_state_changed": ("beam",),

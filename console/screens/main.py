@@ -69,11 +69,6 @@ class MainScreen(Screen[None]):
         self.query_one("#beam").border_title = "beam"
         self.query_one("#steering").border_title = "steering"
         self.query_one("#activity").border_title = "activity"
-        self._title_chart()
-
-    def _title_chart(self) -> None:
-        chart = self.query_one(TimingChart)
-        chart.border_title = f"timing · log µs · x: {'iteration' if chart.x_axis == 'iteration' else 'hours'}"
 
     # -- painting ---------------------------------------------------------------------------------
     def refresh_panels(self, now: float) -> None:
@@ -169,7 +164,6 @@ class MainScreen(Screen[None]):
     def action_toggle_axis(self) -> None:
         chart = self.query_one(TimingChart)
         chart.x_axis = "time" if chart.x_axis == "iteration" else "iteration"
-        self._title_chart()
 
     def action_filter_branch(self) -> None:
         log = self.query_one(AttemptsLog)

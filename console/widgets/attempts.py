@@ -7,7 +7,7 @@ from textual.widgets import DataTable
 from console import fmt
 from console.model import ConsoleModel
 
-VERDICT_STYLE = {"accepted": "green", "rejected": "", "failed": "red", "running": "cyan"}
+VERDICT_STYLE = {"accepted": "green", "rejected": "", "failed": "red", "running": "cyan", "unfinished": "red"}
 WINDOW = 300   # rows kept in the table; older attempts are reachable by number from the palette
 
 
@@ -41,10 +41,12 @@ class AttemptsLog(DataTable[Text | str]):
         follow = self.cursor_row <= 0      # at the top: stay on the newest attempt
         self.clear()
         for a in rows:
+            # "running" only while an agent runs; after it stopped, that iteration was never finished
+            verdict = a.verdict if a.verdict != "running" or model.state.running else "unfinished"
             self.add_row(
                 str(a.iteration),
                 Text(fmt.short(a.branch, 18)),
-                Text(f"{fmt.VERDICT_MARK.get(a.verdict, '?')} {a.verdict}", style=VERDICT_STYLE.get(a.verdict, "")),
+                Text(f"{fmt.VERDICT_MARK.get(verdict, '?')} {verdict}", style=VERDICT_STYLE.get(verdict, "")),
                 fmt.us(a.geomean_us),
                 fmt.speedup(a.speedup),
                 Text(fmt.short(a.summary or a.message, 120)),

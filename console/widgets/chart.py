@@ -90,6 +90,8 @@ class TimingChart(PlotextPlot):
         super().__init__(**kw)  # type: ignore[arg-type]
         self._key: tuple[int, str, int, int] = (-1, "", 0, 0)
         self._model: ConsoleModel | None = None
+        self._seconds = 1.0
+        self.border_title = "timing · log µs · x: iteration"
 
     def watch_x_axis(self) -> None:
         if self._model is not None:
@@ -112,9 +114,18 @@ class TimingChart(PlotextPlot):
         if self.x_axis == "iteration":
             return [float(i) for i in iterations]
         t0 = model.state.started_ts or (stamps[0] if stamps else 0.0)
-        return [(t - t0) / 3600 for t in stamps]
+        return [(t - t0) / self._seconds for t in stamps]
+
+    def _pick_unit(self, model: ConsoleModel) -> str:
+        """iteration, or wall time in minutes (runs under two hours) or hours since the start."""
+        if self.x_axis == "iteration":
+            self._seconds = 1.0
+            return "iteration"
+        self._seconds = 60.0 if model.state.elapsed_s() < 7200 else 3600.0
+        return "minutes" if self._seconds == 60.0 else "hours"
 
     def _draw(self, model: ConsoleModel) -> None:
+        self.border_title = f"timing · log µs · x: {self._pick_unit(model)}"
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
@@ -143,7 +154,7 @@ class TimingChart(PlotextPlot):
         ticks = log_ticks(y0, y1, max(2, min(5, self.size.height // 4)))
         plt.yticks(ticks, [fmt.compact(t) for t in ticks])
         plt.xlim(x0, max(x1, x0 + 1e-6))
-        if self.x_axis == "iteration":
+        if x1 - x0 >= 2:            # whole iterations, minutes or hours
             xt = int_ticks(x0, x1, max(2, min(8, self.size.width // 12)))
             plt.xticks(xt, [str(int(t)) for t in xt])
 
