@@ -325,3 +325,23 @@ async def test_alerts_ring_and_notify_unless_switched_off(session: Session, tmp_
         await wait_for(pilot, lambda: app.model.state.branches["qr/wy-triton"].plateau, what="the plateau")
         await pilot.pause(0.2)
         assert len(rung) == 1
+
+
+REAL_RUN = Path(__file__).resolve().parent.parent / "docs" / "h200" / "tune_run_events.jsonl"
+
+
+@pytest.mark.skipif(not REAL_RUN.exists(), reason="the recorded H200 run is not in this checkout")
+async def test_a_recorded_h200_run_renders(tmp_path: Path) -> None:
+    from agent.session import create_session
+    session = create_session(tmp_path / "sessions", "h200", {"task": "qr"})
+    shutil.copy(REAL_RUN, session.events_path)
+    app = make_app(session, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        text = screen_text(app)
+        assert "best 3,837 µs 30.40×" in text and "#17" in text and "qr/superpanel" in text
+        assert "✗ unfinished" in text                       # #17 never committed: the agent died
+        app.main.query_one(AttemptsLog).focus()
+        await pilot.press("down", "enter")                  # #16: no repo here, the detail says so
+        assert isinstance(app.screen, DetailScreen)
+        await wait_for(pilot, lambda: "no git repository" in screen_text(app), what="the note")
