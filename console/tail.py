@@ -7,6 +7,7 @@ file systems where inotify says nothing. Nothing here imports Textual.
 """
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import threading
@@ -177,6 +178,9 @@ class SessionTail:
     def _watch(self) -> Any:
         if Observer is None:
             return None
+        # A watch whose directory was deleted logs an error from watchdog's thread; the console
+        # reports a deleted session itself, in its own words.
+        logging.getLogger("watchdog").setLevel(logging.CRITICAL)
         try:
             observer = Observer()
             observer.daemon = True

@@ -132,8 +132,8 @@ async def test_completion_of_commands_and_branches(session: Session, tmp_path: P
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         box = app.main.query_one("#steer-input")
-        await pilot.press("s", "slash", "p", "a")
-        await wait_for(pilot, lambda: box._suggestion == "/pause ", what="command completion")  # type: ignore[attr-defined]
+        await pilot.press("slash", "p", "a")              # "/" opens the prompt with the slash typed
+        await wait_for(pilot, lambda: box._suggestion == "/pause ", what=f"command completion of {box.value!r}")  # type: ignore[attr-defined]
         await pilot.press("tab", "q", "r", "slash", "c")
         await wait_for(pilot, lambda: box._suggestion == "/pause qr/cholqr", what="branch completion")  # type: ignore[attr-defined]
         await pilot.press("tab", "enter")

@@ -68,3 +68,11 @@ async def test_resizing_keeps_the_layout(tmp_path: Path) -> None:
     # from 200x60 (wide) down to 80x24: the same screen as a fresh 80x24 start
     text = await render(tmp_path, (80, 24), resize_via=(200, 60))
     assert text == (SNAPSHOTS / "console_main_80x24.txt").read_text()
+
+
+@pytest.mark.parametrize("size", [(200, 60), (60, 18), (30, 10)])
+async def test_other_sizes_render_without_error(tmp_path: Path, size: tuple[int, int]) -> None:
+    text = await render(tmp_path, size)
+    assert len(text.splitlines()) == size[1]
+    if size[0] >= 80:
+        assert "timing · log µs" in text and "best 77,390 µs 1.51×" in text and "qr/wy-triton" in text

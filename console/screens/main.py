@@ -33,8 +33,9 @@ class MainScreen(Screen[None]):
         Binding("q", "app.request_quit", "Quit", id="quit", tooltip="Quit the console"),
         Binding("question_mark,f1", "help", "Help", id="help", key_display="?",
                 tooltip="Keys and steering commands"),
-        Binding("s,slash", "focus_steering", "Steer", id="steer", key_display="s",
-                tooltip="Type a steering prompt"),
+        Binding("s", "focus_steering", "Steer", id="steer", tooltip="Type a steering prompt"),
+        Binding("slash", "focus_steering('/')", "Command", id="command", show=False,
+                tooltip="Type a slash command"),
         Binding("space", "toggle_pause", "Pause", id="pause", tooltip="Pause or resume the selected branch"),
         Binding("f", "fork", "Fork", id="fork", tooltip="Fork the selected branch (asks for a name)"),
         Binding("x", "kill", "Kill", id="kill", tooltip="Kill the selected branch (asks to confirm)"),
@@ -143,8 +144,12 @@ class MainScreen(Screen[None]):
         from console.screens.dialogs import ConfirmDialog
         self.app.push_screen(ConfirmDialog(f"Kill branch {branch}? It is never scheduled again."), done)
 
-    def action_focus_steering(self) -> None:
-        self.query_one(SteeringInput).focus()
+    def action_focus_steering(self, start: str = "") -> None:
+        box = self.query_one(SteeringInput)
+        box.focus()
+        if start and not box.value:
+            box.value = start
+            box.cursor_position = len(start)
 
     def action_detail(self) -> None:
         iteration = self.query_one(AttemptsLog).selected_iteration

@@ -75,6 +75,7 @@ class SteeringInput(Input):
         super().__init__(**kw)  # type: ignore[arg-type]
         self.history = history
         self._pos: int | None = None
+        self.cursor_blink = False      # a steady cursor: nothing repaints twice a second over SSH
 
     def action_history(self, step: int) -> None:
         items = self.history()
@@ -119,7 +120,7 @@ class SteeringPane(Vertical):
             yield SteeringInput(lambda: self._model().prompt_history(),
                                 placeholder="prompt or /command (Enter sends, Tab completes)",
                                 suggester=SteeringSuggester(lambda: self._model().branch_names()),
-                                compact=True, id="steer-input")
+                                compact=True, select_on_focus=False, id="steer-input")
         yield Static(id="steer-prompts")
 
     @property
