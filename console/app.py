@@ -12,10 +12,9 @@ import time
 from typing import Callable
 
 from textual import on, work
-from textual.worker import get_current_worker
 from textual.app import App
 from textual.binding import Binding
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from agent.session import Session, SessionError, append_inbox
 from console.alerts import Alert

@@ -24,6 +24,7 @@ def load_model(session: Session) -> ConsoleModel:
 
 def write_report(session: Session, png: Path) -> tuple[Path, Path]:
     model = load_model(session)
+    model.state.name = model.state.name or session.name     # a session whose agent never started
     png = png if png.suffix else png.with_suffix(".png")
     png.parent.mkdir(parents=True, exist_ok=True)
     draw(model, png)
