@@ -6,6 +6,8 @@ has a time limit, its output is drained into bounded tails, and the group is kil
 from __future__ import annotations
 
 import atexit
+import hashlib
+import hmac
 import json
 import os
 import select
@@ -19,12 +21,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent.harness.result import (
-    CRASH, HARNESS, SYNTAX, TIMEOUT, CaseResult, EvalResult,
+    CRASH, GUARD, HARNESS, STAGES, SYNTAX, TIMEOUT, CaseResult, EvalResult,
 )
+from agent.harness.privileges import protect_self
 from agent.harness.sandbox import Sandbox
 from agent.harness.task import REPO_ROOT, Task
 
 TAIL_BYTES = 16 * 1024
+MAX_PIPE_LINE = 8 * 1024 * 1024
+MESSAGE_CHARS = 4000        # a result message longer than this is cut (it ends up in events and prompts)
 DEFAULT_STAGE_LIMITS = {"import": 120.0, "smoke": 180.0, "tests": 300.0, "bench": 600.0}
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "steer"
 
@@ -200,6 +205,7 @@ def discard_prestarted() -> None:
 
 
 def _start_worker(task: Task, device: str, opts: EvalOptions) -> _Started:
+    protect_self()
     box = Sandbox.create(task.files())
     triton_cache = CACHE_ROOT / "triton"
     triton_cache.mkdir(parents=True, exist_ok=True)
@@ -232,10 +238,11 @@ def _run_worker(w: _Started, source: bytes, candidate: Path, task: Task, opts: E
                 on_progress: Progress | None, cancel: threading.Event | None) -> EvalResult:
     tests, benchmarks = task.cases(on_gpu=device == "cuda")
     limits = stage_limits(task, opts.mode, opts.stage_timeout)
+    key = os.urandom(32)
     cfg = {
         "mode": opts.mode, "tests": tests, "benchmarks": benchmarks, "ranking_by": task.ranking_by,
         "task_dir": str(w.box.task_dir), "candidate_path": str(w.box.install_candidate(source)),
-        "result_fd": w.w_fd, "repo_root": str(REPO_ROOT), "writable": w.writable,
+        "result_fd": w.w_fd, "key": key.hex(), "repo_root": str(REPO_ROOT), "writable": w.writable,
         "nonce": opts.nonce if opts.nonce is not None else int.from_bytes(os.urandom(8), "little"),
     }
     os.close(w.w_fd)
@@ -245,7 +252,7 @@ def _run_worker(w: _Started, source: bytes, candidate: Path, task: Task, opts: E
         w.proc.stdin.close()
     except OSError:
         pass  # the worker died at start; the result pipe's EOF says so below
-    session = _Session(limits, on_progress, cancel)
+    session = _Session(limits, key, on_progress, cancel)
     try:
         session.follow(w.r_fd, w.proc)
     finally:
@@ -267,8 +274,13 @@ def _first_visible_gpu() -> str:
 class _Session:
     """Follows the worker's message pipe, enforcing each stage's deadline."""
 
-    def __init__(self, limits: dict[str, float], on_progress: Progress | None, cancel: threading.Event | None):
+    def __init__(self, limits: dict[str, float], key: bytes, on_progress: Progress | None,
+                 cancel: threading.Event | None):
         self.limits = limits
+        self.key = key
+        self.n = 0                  # running number of the last authentic line
+        self.forged: bytes | None = None   # the first line on the pipe that the worker did not write
+        self.done: list[str] = []   # stages finished, in order
         self.on_progress = on_progress
         self.cancel = cancel
         self.stage: str | None = None
@@ -305,20 +317,34 @@ class _Session:
             if not chunk:
                 return
             buf += chunk
-            if len(buf) > 64 * 1024 * 1024:
-                return  # a flood on the result pipe is not a result
+            if len(buf) > MAX_PIPE_LINE:  # no line the worker writes is this long: a flood, not a result
+                self.forged = buf[:80]
+                return
             *lines, buf = buf.split(b"\n")
             for line in lines:
                 self._handle(line)
-            if self.final is not None or self.failure is not None:
-                return
+                if self.final is not None or self.failure is not None or self.forged is not None:
+                    return
+
+    def _authentic(self, line: bytes) -> dict[str, Any] | None:
+        """The message if the worker wrote this line (right tag, next number); else remember the forgery."""
+        tag, _, body = line.partition(b" ")
+        expected = hmac.new(self.key, body, hashlib.sha256).hexdigest().encode()
+        msg = None
+        if hmac.compare_digest(tag, expected):
+            try:
+                msg = json.loads(body)
+            except ValueError:
+                msg = None
+        if not isinstance(msg, dict) or msg.get("n") != self.n + 1:
+            self.forged = line
+            return None
+        self.n += 1
+        return msg
 
     def _handle(self, line: bytes) -> None:
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(msg, dict):
+        msg = self._authentic(line)
+        if msg is None:
             return
         kind = msg.get("type")
         now = time.monotonic()
@@ -330,6 +356,7 @@ class _Session:
             self.deadline = now + self.limits.get(self.stage, max(self.limits.values()))
         elif kind == "stage_done":
             self.stage_s[str(msg.get("stage"))] = round(now - self.stage_started, 4)
+            self.done.append(str(msg.get("stage")))
         elif kind == "sandbox":
             self.sandbox = str(msg.get("note", ""))
         elif kind == "result":
@@ -348,6 +375,15 @@ class _Session:
                       device=self.hello.get("device", device), versions=self.hello.get("versions", {}),
                       stderr_tail=stderr, stdout_tail=stdout, stage_s=self.stage_s, exit_code=code,
                       sandbox=self.sandbox)
+        if self.forged is not None:
+            shown = self.forged[:80].decode("utf-8", "replace")
+            return EvalResult(ok=False, error_class=GUARD, stage=self.stage or "import",
+                              message=f"the result pipe carried a line the harness did not write ({shown!r}); "
+                                      "the candidate wrote into the harness's channel", **common)
+        if self.final is not None and self.done != list(STAGES):
+            return EvalResult(ok=False, error_class=GUARD, stage=self.stage or "import",
+                              message=f"a result arrived after stages {self.done}, not after all of {list(STAGES)}",
+                              **common)
         if self.final is not None:
             cases = [CaseResult.from_json(c) for c in self.final.get("cases", [])]
             return EvalResult(ok=True, error_class=None, message="", stage=None, cases=cases,
@@ -355,7 +391,7 @@ class _Session:
                               **common)
         if self.failure is not None:
             return EvalResult(ok=False, error_class=str(self.failure.get("error_class")),
-                              message=str(self.failure.get("message", "")), stage=self.stage, **common)
+                              message=_cut(str(self.failure.get("message", ""))), stage=self.stage, **common)
         if self.aborted:
             return EvalResult(ok=False, error_class=TIMEOUT, message="aborted on request", stage=self.stage, **common)
         if self.timed_out:
@@ -365,6 +401,10 @@ class _Session:
                                       "the process group was killed", **common)
         return EvalResult(ok=False, error_class=CRASH, stage=self.stage or "import",
                           message=_death(code), **common)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " [...]"
 
 
 def _death(code: int | None) -> str:

@@ -16,6 +16,7 @@ MARKER_VAR = "STEER_EVAL_ID"
 FILE_SIZE_LIMIT = 1 << 30          # no single file the candidate writes grows past 1 GiB
 OPEN_FILES_LIMIT = 4096
 EXTRA_TASKS = 2048                 # threads + processes beyond what the user already runs
+KILL_PASSES = 20                   # marker scans at the end of an evaluation, until none is found
 CPU_MEMORY_LIMIT = 16 << 30        # address space, CPU runs only (CUDA reserves huge virtual ranges)
 
 
@@ -75,7 +76,7 @@ class Sandbox:
             (resource.RLIMIT_NOFILE, OPEN_FILES_LIMIT),
             (resource.RLIMIT_CORE, 0),
         ]
-        if os.geteuid() != 0:  # root ignores RLIMIT_NPROC anyway
+        if nproc_enforced():
             limits.append((resource.RLIMIT_NPROC, _user_tasks() + EXTRA_TASKS))
         if on_cpu:
             limits.append((resource.RLIMIT_AS, CPU_MEMORY_LIMIT))
@@ -96,12 +97,17 @@ class Sandbox:
                 killed += 1
             except (ProcessLookupError, PermissionError):
                 pass
-        for pid in _pids_with_env(MARKER_VAR, self.marker):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except (ProcessLookupError, PermissionError):
-                pass
+        # Rescan: a process that left the group may still be forking while the first pass runs.
+        for _ in range(KILL_PASSES):
+            found = _pids_with_env(MARKER_VAR, self.marker)
+            if not found:
+                break
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except (ProcessLookupError, PermissionError):
+                    pass
         return killed
 
     def cleanup(self) -> None:
@@ -116,6 +122,11 @@ class Sandbox:
         except OSError:
             pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def nproc_enforced() -> bool:
+    """Root ignores RLIMIT_NPROC (even root of a user namespace did, on the 6.18 kernel tried)."""
+    return os.geteuid() != 0
 
 
 def _user_tasks() -> int:

@@ -2,17 +2,23 @@
 
 Runs inside the worker process. The clock functions are captured at import, before any
 candidate code runs, so a candidate that replaces them does not change what is measured;
-`Guard` reports that it tried.
+guard.py reports that it tried.
 """
 from __future__ import annotations
 
 import hashlib
 import math
+import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+
+CPU_TAIL_WINDOW_S = 1e-3     # how long other threads are watched for CPU use after a CPU timed region
+CPU_TAIL_LIMIT_S = 2.0       # stop watching after this; the work is reported as still running
+HARNESS_THREADS: frozenset[int] = frozenset()   # native ids of the worker's own threads (they wake at any time)
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 INPUT_BUDGET_BYTES = 256 * 1024 * 1024
@@ -43,6 +49,7 @@ POLICIES = {
 
 # Captured before any candidate is imported.
 _perf_counter = time.perf_counter
+_sleep = time.sleep
 _Event = torch.cuda.Event
 _event_record = torch.cuda.Event.record
 _event_elapsed = torch.cuda.Event.elapsed_time
@@ -60,25 +67,6 @@ def watched() -> dict[str, Any]:
         "torch.cuda.Event.synchronize": lambda: torch.cuda.Event.synchronize,
         "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
     }
-
-
-class Guard:
-    """Remembers the identity of clocks and checker functions; `violations()` lists what changed."""
-
-    def __init__(self, extra: dict[str, Callable[[], Any]]):
-        self._getters = {**watched(), **extra}
-        self._original = {name: get() for name, get in self._getters.items()}
-
-    def violations(self) -> list[str]:
-        changed = []
-        for name, get in self._getters.items():
-            try:
-                now = get()
-            except Exception:  # noqa: BLE001 - a deleted attribute is a change too
-                now = None
-            if now is not self._original[name]:
-                changed.append(name)
-        return changed
 
 
 def input_seed(nonce: int, spec_seed: int, repeat: int, slot: int) -> int:
@@ -179,7 +167,7 @@ class Clock:
             t0 = _perf_counter()
             out = run()
             t1 = _perf_counter()
-            return t1 - t0, t1 - t0, 0.0, out
+            return t1 - t0, t1 - t0, cpu_tail(), out
         _cuda_sync()
         self._flush.fill_(0)
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
@@ -196,3 +184,50 @@ class Clock:
     def sync(self) -> None:
         if self.cuda:
             _cuda_sync()
+
+    def tail_limit(self, device_s: float) -> float:
+        """The longest tail that is noise: event synchronisation on the GPU; on the CPU, where nothing
+        legitimate runs after the region, less than one watch window."""
+        return max(2e-3, 0.25 * device_s) if self.cuda else 0.5 * CPU_TAIL_WINDOW_S
+
+
+def cpu_tail() -> float:
+    """Seconds other threads of this process kept running after the timed region (the CPU's `synchronize`).
+
+    A kernel that hands its work to a thread pool and returns leaves that pool running; a
+    joined one leaves it asleep. Thread states are read from /proc, not CPU clocks: with
+    RLIMIT_CPU set the process clock is only brought up to date at scheduler ticks.
+    """
+    start = _perf_counter()
+    quiet_since: float | None = None
+    while True:
+        busy = _others_running()
+        now = _perf_counter()
+        if busy:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= CPU_TAIL_WINDOW_S:
+            return quiet_since - start
+        if now - start > CPU_TAIL_LIMIT_S:
+            return now - start
+        _sleep(CPU_TAIL_WINDOW_S / 10)
+
+
+def _others_running() -> bool:
+    """Whether a thread of this process other than the harness's own is running or runnable."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for tid in tids:
+        if int(tid) in HARNESS_THREADS or int(tid) == threading.get_native_id():
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state == b"R":
+            return True
+    return False

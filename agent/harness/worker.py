@@ -6,8 +6,16 @@ dedicated pipe (fd given in the config), so whatever the candidate prints cannot
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # first, before torch starts a thread: capabilities belong to each thread
+    from agent.harness.privileges import drop_root_capabilities
+    _PRIVILEGES = drop_root_capabilities()
+
+import builtins
+import hashlib
+import hmac
 import importlib
 import json
+import math
 import os
 import platform
 import random
@@ -19,7 +27,8 @@ from typing import Any, Callable
 
 import torch
 
-from agent.harness import landlock, timing
+from agent.harness import guard as guard_mod
+from agent.harness import landlock, result, timing
 from agent.harness.result import (
     CRASH, CUDA, EXCEPTION, GUARD, IMPORT, INTERFACE, SYNTAX, WRONG, CaseResult, rank_score,
 )
@@ -36,11 +45,19 @@ class StageFailure(Exception):
 
 
 class Channel:
-    def __init__(self, fd: int):
+    """The result pipe. Each line is `TAG JSON`: an HMAC of the JSON under a key only the runner and
+    this object know, and a running number, so a line the candidate writes into the fd is refused."""
+
+    def __init__(self, fd: int, key: bytes):
         self._f = os.fdopen(fd, "w", buffering=1)
+        self._key = key
+        self._n = 0
 
     def send(self, **msg: Any) -> None:
-        self._f.write(json.dumps(msg, default=str) + "\n")
+        self._n += 1
+        body = json.dumps({**msg, "n": self._n}, default=str)
+        tag = hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
+        self._f.write(f"{tag} {body}\n")
         self._f.flush()
 
 
@@ -91,7 +108,7 @@ class Worker:
         self.timed_s = 0.0
         self.reference: Any = None
         self.kernel: Callable | None = None
-        self.guard: timing.Guard | None = None
+        self.guard: guard_mod.Guard | None = None
 
     # -- stages ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -119,17 +136,15 @@ class Worker:
         sys.path[:0] = [self.cfg["task_dir"]]
         self.reference = importlib.import_module("reference")
         ref = self.reference
-        self.guard = timing.Guard({
-            "reference.check_implementation": lambda: ref.check_implementation,
-            "reference.generate_input": lambda: ref.generate_input,
+        self.guard = guard_mod.Guard({
+            **timing.watched(),
             "reference module": lambda: sys.modules.get("reference"),
-            "harness timing.Clock.time": lambda: timing.Clock.time,
-            "harness worker._check": lambda: globals().get("_check"),
-        })
+        }, *_guarded_spaces(self.cfg["task_dir"]))
         self.check = ref.check_implementation
         self.generate = ref.generate_input
         # From here on the process (and anything it starts) writes only inside the sandbox.
-        self.chan.send(type="sandbox", note=landlock.restrict_writes(list(self.cfg.get("writable", []))))
+        note = landlock.restrict_writes(list(self.cfg.get("writable", [])))
+        self.chan.send(type="sandbox", note="; ".join(x for x in (note, globals().get("_PRIVILEGES", "")) if x))
         path = self.cfg["candidate_path"]
         try:
             source = open(path, "rb").read()
@@ -153,7 +168,7 @@ class Worker:
             return
         changed = self.guard.violations()
         if changed:
-            raise StageFailure(GUARD, f"candidate replaced {', '.join(changed)} (seen after stage {stage})")
+            raise StageFailure(GUARD, guard_mod.describe(changed, stage))
 
     # -- one case -------------------------------------------------------------------------
     def make(self, spec: dict[str, Any], repeat: int, slot: int) -> Any:
@@ -207,7 +222,7 @@ class Worker:
             if device_s > host_s * 1.05 + 1e-4:
                 raise StageFailure(GUARD, f"{_label(spec)}: device time {device_s * 1e6:.1f} us exceeds the host "
                                           f"wall-clock bound {host_s * 1e6:.1f} us")
-            if tail_s > max(2e-3, 0.25 * device_s):
+            if tail_s > clock.tail_limit(device_s):
                 raise StageFailure(GUARD, f"{_label(spec)}: work kept running {tail_s * 1e3:.2f} ms after the timed "
                                           "region ended (side work not joined to the timed region)")
             if threading.active_count() > threads_before:
@@ -234,6 +249,22 @@ class Worker:
         from agent.harness.profiling import profile_calls
         datas = [self.make(spec, 10_000 + i, 0) for i in range(3)]
         return profile_calls(self.kernel, datas, self.device)
+
+
+def _guarded_spaces(task_dir: str) -> tuple[dict[str, Any], set[str]]:
+    """Namespaces whose names the candidate must not change, and those where it must not add one either."""
+    root = os.path.realpath(task_dir) + os.sep
+    task = {name: m for name, m in list(sys.modules.items())
+            if os.path.realpath(getattr(m, "__file__", None) or "/").startswith(root)}
+    me = sys.modules[__name__]
+    harness = {"worker": me, "worker.Worker": Worker, "worker.Channel": Channel, "timing": timing,
+               "timing.Clock": timing.Clock, "result": result, "guard": guard_mod, "guard.Guard": guard_mod.Guard}
+    others = {"torch": torch, "torch.Tensor": torch.Tensor, "torch.linalg": torch.linalg,
+              "torch.nn.functional": torch.nn.functional, "torch.functional": torch.functional,
+              "builtins": builtins,
+              "math": math, "random": random, "random.Random": random.Random, "json": json, "hmac": hmac,
+              "threading": threading, "time": time}
+    return {**task, **harness, **others}, set(task) | set(harness) | {"torch.Tensor"}
 
 
 def _size(spec: dict[str, Any]) -> int:
@@ -285,20 +316,26 @@ def _exit_with_parent() -> None:
     pre-started worker outlives the evaluation thread that started it.
     """
     parent = os.getppid()
+    started = threading.Event()
+    tid: list[int] = []
 
     def watch() -> None:
+        tid.append(threading.get_native_id())
+        started.set()
         while True:
             time.sleep(0.25)
             if os.getppid() != parent:
                 os._exit(70)
     threading.Thread(target=watch, name="steer-parent-watch", daemon=True).start()
+    started.wait()
+    timing.HARNESS_THREADS = frozenset(tid)   # before the guard's snapshot, so replacing it is seen
 
 
 def main() -> None:
     _exit_with_parent()
     _warm_up()
     cfg = json.loads(sys.stdin.read())
-    chan = Channel(int(cfg["result_fd"]))
+    chan = Channel(int(cfg["result_fd"]), bytes.fromhex(cfg.pop("key")))
     # The repository must not be importable by the candidate, nor reachable by relative path.
     sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd(), cfg.get("repo_root"))]
     worker = Worker(cfg, chan)
