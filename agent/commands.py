@@ -33,7 +33,14 @@ def latest_session(root: Path) -> Session:
     sessions = list_sessions(root)
     if not sessions:
         raise CommandError(f"no sessions under {root} (start one with `steer run`)")
-    return max(sessions, key=lambda s: s.events_path.stat().st_mtime if s.events_path.exists() else 0.0)
+    return max(sessions, key=_last_change)
+
+
+def _last_change(s: Session) -> float:
+    try:
+        return s.events_path.stat().st_mtime
+    except OSError:   # no events yet, or deleted while listing
+        return 0.0
 
 
 def _session(args: argparse.Namespace) -> Session:

@@ -7,9 +7,11 @@ records it as failed, and ends the loop. This module never imports the UI.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,16 +19,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent import events as ev
+from agent import faults
 from agent.beam import Beam, geomean_se, judge, pick_branch, plateau, schedulable
 from agent.config import RunConfig
-from agent.harness.result import STAGES, EvalResult
-from agent.harness.runner import EvalOptions, check_gpu, evaluate, resolve_device
+from agent.harness.result import CUDA, STAGES, EvalResult
+from agent.harness.runner import EvalOptions, check_gpu, discard_prestarted, evaluate, resolve_device
 from agent.harness.task import Task, TaskError, bundled_tasks, load_task, resolve_task
 from agent.hooks import Hooks
 from agent.proposers import Proposal, make_proposer
 from agent.reconcile import reconcile
-from agent.session import (AgentLock, EventLog, EventReader, Session, SessionError, create_session,
-                           new_session_name, open_session, write_config)
+from agent.session import (MAX_LINE_BYTES, AgentLock, EventLog, EventReader, Session, SessionError,
+                           create_session, new_session_name, open_session, write_config)
 from agent.setup import Setup
 from agent.state import SessionState
 from agent.steering import Directive, Steering
@@ -36,6 +39,8 @@ from agent.workbench import Workbench
 
 TAIL_CHARS = 2048
 MAX_ERROR_BACKOFF_S = 900.0
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+DISK_RETRY_S = 30.0
 
 
 def prepare_session(root: Path, name: str | None, cfg: RunConfig) -> Session:
@@ -108,13 +113,17 @@ class Agent:
         self.flights: dict[int, Flight] = {}
         self.iterations_run = 0
         self._budget_said = ""        # the budget kind last reported, so BudgetReached is emitted once
+        self._stop, self._abort = threading.Event(), threading.Event()
+        self.took_over_from: int | None = None
+        self.skipped_lines = 0
+        self.gpu_probe: Callable[[int | None], tuple[bool, str]] = check_gpu   # a test may stand in for the GPU
         self.stop_reason = "stop"     # what agent_stopped says when `stop` ends the run; a console may set "handoff"
 
     # -- events ------------------------------------------------------------------------------
     def emit(self, event: ev.Event) -> ev.Event:
         with self._emit_lock:
             assert self.log is not None
-            self.log.append(event)
+            self._append(event)
             self.state.apply(event)
             line = format_event(event, self.state) if self.echo else None
         if line and self.echo:
@@ -122,15 +131,67 @@ class Agent:
         self.hooks.fire(event)
         return event
 
+    def _append(self, event: ev.Event) -> None:
+        """Append, waiting out a full disk: an event is never dropped (EventLog leaves no torn line)."""
+        assert self.log is not None
+        waited = 0.0
+        while True:
+            try:
+                self.log.append(event)
+                return
+            except OSError as exc:
+                if exc.errno not in DISK_FULL or self._abort.is_set():
+                    raise
+                if not waited:
+                    print(f"steer: disk full appending to {self.session.events_path}; waiting for space",
+                          file=sys.stderr, flush=True)
+                time.sleep(DISK_RETRY_S)
+                waited += DISK_RETRY_S
+
+    def _last_words(self, event: ev.Event) -> None:
+        """An event on the way out; if even that cannot be written (a full disk, aborted), say so on stderr."""
+        try:
+            self.emit(event)
+        except OSError as exc:
+            print(f"steer: could not record {event.type}: {exc}", file=sys.stderr, flush=True)
+
+    def write_artifact(self, path: Path, text: str) -> None:
+        """Write an artifact; on a full disk, record it, pause, and retry until space returns (or an abort)."""
+        rel = path.relative_to(self.session.dir) if path.is_relative_to(self.session.dir) else path
+        started: float | None = None
+        while True:
+            try:
+                faults.disk_full()
+                _write(path, text)
+                break
+            except OSError as exc:
+                if exc.errno not in DISK_FULL or self._abort.is_set():
+                    raise
+                if started is None:
+                    started = time.monotonic()
+                    self.emit(ev.ErrorEvent(where="disk", message=f"cannot write {rel}: {exc.strerror}; the loop "
+                                            f"pauses and retries every {self._disk_wait():g} s until there is space"))
+                self._abort.wait(self._disk_wait())
+        if started is not None:
+            self.emit(ev.Recovery(action="disk space returned",
+                                  detail=f"{rel} written after {time.monotonic() - started:.1f} s of waiting"))
+
+    def _disk_wait(self) -> float:
+        return min(DISK_RETRY_S, self.cfg.error_backoff_s)
+
     # -- the run -----------------------------------------------------------------------------
     def run(self, stop: threading.Event | None = None, abort: threading.Event | None = None,
             mode: str = "headless") -> str:
         stop, abort = stop or threading.Event(), abort or threading.Event()
+        self._stop, self._abort = stop, abort
         lock = AgentLock(self.session.lock_path).acquire(wait=self.cfg.lock_wait_s)
+        self.took_over_from = lock.took_over_from
         reason, detail = "error", ""
         try:
             self.log = EventLog(self.session.events_path)
-            prior = list(EventReader(self.session.events_path).iter_all())
+            reader = EventReader(self.session.events_path)
+            prior = list(reader.iter_all())
+            self.skipped_lines = reader.skipped
             self.state.apply_all(prior)
             self.run_started = time.time()
             self.prior_run_s = _running_seconds(prior)
@@ -138,16 +199,17 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - the record must say why the agent died
             detail = f"{type(exc).__name__}: {exc}"
             if self.log is not None:
-                self.emit(ev.ErrorEvent(where="agent", message=detail, fatal=True))
+                self._last_words(ev.ErrorEvent(where="agent", message=detail, fatal=True))
         finally:
             for f in self.flights.values():
                 f.cancel.set()
             if self.log is not None:
-                self.emit(ev.AgentStopped(reason=reason, iterations=self.iterations_run, detail=detail))
+                self._last_words(ev.AgentStopped(reason=reason, iterations=self.iterations_run, detail=detail))
                 self.hooks.wait(2.0)
                 self.log.close()
             if self.repo is not None:
                 self.repo.close()
+            discard_prestarted()   # a worker kept warm for an iteration that will not come
             lock.release()
         return reason
 
@@ -173,6 +235,13 @@ class Agent:
         if self.log and self.log.repaired_bytes:
             self.emit(ev.Recovery(action="torn events line cut",
                                   detail=f"{self.log.repaired_bytes} bytes of an unfinished line were removed"))
+        if self.skipped_lines:
+            self.emit(ev.Recovery(action="unreadable event lines skipped",
+                                  detail=f"{self.skipped_lines} lines of events.jsonl are not events (garbage, or over "
+                                         f"{MAX_LINE_BYTES >> 20} MB); left in place and ignored"))
+        if self.took_over_from:
+            self.emit(ev.Recovery(action="stale agent.lock taken over",
+                                  detail=f"the agent that held it (pid {self.took_over_from}) is gone"))
         if started:
             reconcile(self.state, self.repo, self.session, self.emit)
         self.proposer = make_proposer(self.cfg)
@@ -197,6 +266,10 @@ class Agent:
                 self._abort_flights("aborted")
                 self._collect(block=False)
                 return "abort", "aborted in flight"
+            if self._session_deleted():
+                self._abort_flights("the session was deleted")
+                self._collect(block=False)
+                return "error", "the session directory was deleted"
             if len(self.flights) < len(self.slots):
                 self.steering.drain()
                 stopping = stopping or self._budget_reached()
@@ -223,6 +296,15 @@ class Agent:
             idle_reported = False
             self._collect(block=True, abort=abort)
 
+    def _session_deleted(self) -> bool:
+        """Someone removed the session directory: nothing recorded from now on would be seen by anyone."""
+        assert self.log is not None and self.log._fd is not None
+        if os.fstat(self.log._fd).st_nlink > 0 and self.session.toml.exists():
+            return False
+        print(f"steer: session {self.session.name} was deleted ({self.session.dir}); the agent stops",
+              file=sys.stderr, flush=True)
+        return True
+
     def _fill_slots(self, abort: threading.Event) -> None:
         for slot, gpu in enumerate(self.slots):
             if len(self.flights) >= len(self.slots) or self._budget_reached():
@@ -246,9 +328,9 @@ class Agent:
         self.iterations_run += 1
         proposal = self.bench.proposal(i, branch, parent, directives, abort)
         art = self.session.artifact_dir(i)
-        _write(art / "transcript.txt", proposal.transcript)
+        self.write_artifact(art / "transcript.txt", proposal.transcript)
         if proposal.code is not None:
-            _write(art / "candidate.py", proposal.code)
+            self.write_artifact(art / "candidate.py", proposal.code)
         ids = [d.id for d in directives]
         self.emit(ev.ProposalMade(iteration=i, branch=branch, proposer=self.proposer.name, ok=proposal.ok,
                                   summary=proposal.summary, error=proposal.error, tokens_in=proposal.tokens_in,
@@ -327,7 +409,8 @@ class Agent:
             r = EvalResult(ok=False, error_class="harness", message="the evaluation thread ended without a result",
                            stage=None, mode=self.cfg.eval_mode, device=self.device, task=self.task.name, candidate="")
         full = r.to_json()
-        _write(self.session.artifacts / str(f.iteration) / "eval.json", json.dumps(full, indent=1, default=str))
+        self.write_artifact(self.session.artifacts / str(f.iteration) / "eval.json",
+                            json.dumps(full, indent=1, default=str))
         se = geomean_se(full.get("cases", [])) if r.ok else None
         base = self.state.baseline_us
         speedup = base / r.geomean_us if r.ok and base and r.geomean_us else None
@@ -335,12 +418,31 @@ class Agent:
         self.emit(ev.EvalFinished(iteration=f.iteration, branch=f.branch, ok=r.ok and not aborted,
                                   error_class="aborted" if aborted else r.error_class, message=message,
                                   geomean_us=r.geomean_us, speedup=speedup, result=trim_result(full)))
+        if r.error_class == CUDA and self.device == "cuda":
+            self._recheck_gpu(f.gpu)
         b = self.state.branches[f.branch]
         error = aborted or (f"{r.error_class}: {r.message}" if not r.ok else "")
         verdict = judge(r.ok and not aborted, error, r.geomean_us, se, b.best_us, b.best_se_us)
         cases = [CaseLine(_label(c.spec), c.mean_us, c.stderr_us) for c in r.benchmarks]
         self.commit(f, verdict.verdict, verdict.reason, ok=r.ok and not aborted, error=error,
                     geomean=r.geomean_us, se=se, speedup=speedup, cases=cases)
+
+    def _recheck_gpu(self, gpu: int | None) -> None:
+        """After a CUDA fault: probe the GPU in a fresh process; while it is unhealthy, wait and probe again."""
+        discard_prestarted()   # a waiting worker made its CUDA context before the fault
+        name = f"GPU {gpu if gpu is not None else 0}"
+        ok, detail = self.gpu_probe(gpu)
+        self.emit(ev.Recovery(action="GPU re-checked after a CUDA fault",
+                              detail=f"{name} {'healthy' if ok else 'unhealthy'}: {detail}"))
+        if ok:
+            return
+        self.emit(ev.ErrorEvent(where="gpu", message=f"{name} failed its health probe ({detail}); no evaluation "
+                                f"runs until it passes (probing every {self.cfg.error_backoff_s:g} s)"))
+        while not ok and not (self._stop.is_set() or self._abort.is_set()):
+            self._stop.wait(self.cfg.error_backoff_s)
+            ok, detail = self.gpu_probe(gpu)
+        if ok:
+            self.emit(ev.Recovery(action="GPU healthy again", detail=f"{name}: {detail}"))
 
     def _after_failed_proposal(self, f: Flight) -> None:
         p = f.proposal
@@ -370,15 +472,18 @@ class Agent:
                                cases=cases or [], steering_ids=f.steering_ids)
         body = code if code is not None else f.code
         sha = self.repo.commit(body, record.message(), f.parent)
+        faults.point("commit:object")
         self.repo.mark_attempt(f.iteration, sha)
+        faults.point("commit:attempt-ref")
         ref = f"refs/attempts/{f.iteration}"
         if verdict == "accepted":
             try:
-                self.repo.move_branch(f.branch, sha, old=f.parent)
+                self._move_branch(f.branch, sha, f.parent)
                 ref = f"refs/heads/{f.branch}"
-            except VcsError as exc:  # the ref moved under us: keep the attempt, report, do not move
+            except VcsError as exc:  # the ref cannot be moved: keep the attempt, report, do not move
                 verdict, reason = "rejected", f"accepted but not applied: {exc}"
-        _write(self.session.artifacts / str(f.iteration) / "diff.patch", self.repo.diff(f.parent, sha))
+            faults.point("commit:branch-ref")
+        self.write_artifact(self.session.artifacts / str(f.iteration) / "diff.patch", self.repo.diff(f.parent, sha))
         self.emit(ev.AttemptCommitted(iteration=f.iteration, branch=f.branch, sha=sha, parent_sha=f.parent,
                                       verdict=verdict, summary=f.proposal.summary, geomean_us=geomean,
                                       speedup=speedup, reason=reason, ref=ref, geomean_se_us=se))
@@ -389,6 +494,28 @@ class Agent:
             found = plateau(b, self.cfg.plateau_attempts, self.cfg.plateau_minutes)
             if found is not None:
                 self.emit(found)
+
+    def _move_branch(self, branch: str, sha: str, parent: str) -> None:
+        """Move `branch` from `parent` (where the events say it is) to `sha`. If someone moved the ref
+        meanwhile, the events win: the other position is kept under refs/steer/overruled/ and recorded."""
+        assert self.repo is not None
+        try:
+            self.repo.move_branch(branch, sha, old=parent)
+            return
+        except VcsError:
+            moved = self.repo.head(branch)
+            if moved == parent:
+                raise
+        keep = ""
+        if moved:
+            keep = f"refs/steer/overruled/{branch}/{int(time.time())}"
+            self.repo.keep(keep, moved)
+            self.repo.move_branch(branch, sha, old=moved)
+        else:
+            self.repo.create_branch(branch, sha)
+        self.emit(ev.Recovery(action="branch ref reset to the recorded head",
+                              detail=f"{branch} was moved to {moved[:10] if moved else 'nowhere (deleted)'} outside "
+                                     f"the agent; the events say {parent[:10]}" + (f"; kept as {keep}" if keep else "")))
 
     # -- budgets -----------------------------------------------------------------------------
     def _budget_reached(self) -> tuple[str, str] | None:

@@ -9,7 +9,8 @@ anywhere, so on resume:
 - a branch ref that disagrees with the events is put back where the events say: the events
   hold the measurements, a ref moved by hand does not. The overruled position is kept under
   refs/steer/overruled/<branch>/<time> so nothing is lost;
-- a leftover .git/index.lock (only the agent writes this repo, and we hold agent.lock) is removed.
+- leftover git lock files (index.lock, a ref's .lock: only the agent writes this repo, and we hold
+  agent.lock) are removed.
 Each repair is a `recovery` event.
 """
 from __future__ import annotations
@@ -27,10 +28,10 @@ INTERRUPTED = "interrupted: the agent stopped during this iteration"
 
 
 def reconcile(state: SessionState, repo: SessionRepo, session: Session, emit: Callable[[ev.Event], ev.Event]) -> None:
-    lock = repo.stale_index_lock()
-    if lock is not None:
+    for lock in repo.stale_locks():
         lock.unlink(missing_ok=True)
-        emit(ev.Recovery(action="git index.lock removed", detail=f"{lock} was left by a process that died"))
+        action = "git index.lock removed" if lock.name == "index.lock" else "git lock removed"
+        emit(ev.Recovery(action=action, detail=f"{lock} was left by a process that died"))
     repo.prune_worktrees()
     in_git = repo.attempts()
     for a in list(state.attempts):

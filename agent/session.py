@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from agent import faults
 from agent.events import Event, parse_line
 
 FORMAT_VERSION = 1
 MAX_LINE_BYTES = 4 * 1024 * 1024       # a longer line is skipped, not parsed
 MAX_STEERING_CHARS = 4000
+MAX_FIELD_CHARS = 64 * 1024            # an event line that would pass MAX_LINE_BYTES has its long strings cut
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -130,8 +132,10 @@ class Session:
         return cfg
 
     def artifact_dir(self, iteration: int) -> Path:
+        # No `parents`: a session deleted under a running agent must stay deleted, not reappear in part.
+        self.artifacts.mkdir(mode=0o700, exist_ok=True)
         d = self.artifacts / str(iteration)
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        d.mkdir(mode=0o700, exist_ok=True)
         return d
 
     def holder(self) -> int | None:
@@ -313,14 +317,28 @@ class EventLog:
         return last
 
     def append(self, event: Event) -> Event:
+        """Write one event line and fsync it; on any error the file is as it was (no torn line), and it raises."""
         event.seq = self.next_seq
         event.ts = event.ts or time.time()
-        line = (json.dumps(event.to_json(), default=str, ensure_ascii=False) + "\n").encode()
-        view = memoryview(line)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        os.fsync(self._fd)
+        line = encode_event(event)
+        size = os.fstat(self._fd).st_size
+        try:
+            if faults.armed(f"append:{event.type}"):
+                os.write(self._fd, line[: len(line) // 2])
+                os.fsync(self._fd)
+                faults.point(f"append:{event.type}")
+            view = memoryview(line)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            os.fsync(self._fd)
+        except OSError:
+            # A half-written line would swallow the next event (they would share a line): cut it.
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError:
+                pass
+            raise
         self.next_seq += 1
         return event
 
@@ -328,6 +346,32 @@ class EventLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def encode_event(event: Event) -> bytes:
+    """The event's line. One that readers would skip as over-long is shrunk instead: never lost."""
+    d = event.to_json()
+    line = (json.dumps(d, default=str, ensure_ascii=False) + "\n").encode()
+    if len(line) <= MAX_LINE_BYTES:
+        return line
+    d = _shrink(d, MAX_FIELD_CHARS)
+    d["truncated"] = True
+    line = (json.dumps(d, default=str, ensure_ascii=False) + "\n").encode()
+    if len(line) <= MAX_LINE_BYTES:
+        return line
+    kept = {k: v for k, v in d.items() if isinstance(v, (int, float, bool)) or v is None
+            or (isinstance(v, str) and len(v) <= 256)}
+    return (json.dumps(kept, default=str, ensure_ascii=False) + "\n").encode()
+
+
+def _shrink(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + f" [... {len(value) - limit} chars cut]"
+    if isinstance(value, dict):
+        return {k: _shrink(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shrink(v, limit) for v in value]
+    return value
 
 
 class EventReader:
@@ -409,8 +453,13 @@ def append_inbox(session: Session, text: str, target: str | None = None, scope: 
     return record
 
 
-def read_inbox(session: Session, offset: int = 0) -> tuple[list[tuple[dict[str, Any], int]], int]:
-    """Complete inbox records from `offset`: [(record, offset just past it)], and the new offset."""
+def read_inbox(session: Session, offset: int = 0,
+               skipped: list[int] | None = None) -> tuple[list[tuple[dict[str, Any], int]], int]:
+    """Complete inbox records from `offset`: [(record, offset just past it)], and the new offset.
+
+    A line over MAX_LINE_BYTES is passed over (its size appended to `skipped`), never waited on:
+    it must not hold back the lines after it.
+    """
     out: list[tuple[dict[str, Any], int]] = []
     try:
         f = open(session.inbox_path, "rb")
@@ -420,6 +469,14 @@ def read_inbox(session: Session, offset: int = 0) -> tuple[list[tuple[dict[str, 
         f.seek(offset)
         while True:
             line = f.readline(MAX_LINE_BYTES + 1)
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                length = _rest_of_line(f, len(line))
+                if length is None:
+                    break          # still being written
+                offset += length
+                if skipped is not None:
+                    skipped.append(length)
+                continue
             if not line or not line.endswith(b"\n"):
                 break
             offset += len(line)
@@ -430,3 +487,14 @@ def read_inbox(session: Session, offset: int = 0) -> tuple[list[tuple[dict[str, 
             if isinstance(rec, dict) and isinstance(rec.get("text"), str) and rec.get("id"):
                 out.append((rec, offset))
     return out, offset
+
+
+def _rest_of_line(f: Any, length: int) -> int | None:
+    """Read to the end of an over-long line; its whole length, or None if it has no newline yet."""
+    while True:
+        chunk = f.readline(1 << 20)
+        if not chunk:
+            return None
+        length += len(chunk)
+        if chunk.endswith(b"\n"):
+            return length

@@ -40,9 +40,7 @@ class Setup:
 
         result = evaluate(path, a.task, a.eval_options(slot), on_progress=progress, cancel=abort)
         self.dir.mkdir(mode=0o700, exist_ok=True)
-        out = self.dir / f"{label.replace('/', '_')}.json"
-        out.write_text(json.dumps(result.to_json(), indent=1, default=str))
-        out.chmod(0o600)
+        a.write_artifact(self.dir / f"{label.replace('/', '_')}.json", json.dumps(result.to_json(), indent=1, default=str))
         return result
 
     def _evaluate_all(self, jobs: list[tuple[str, Path]], abort: threading.Event) -> dict[str, EvalResult]:

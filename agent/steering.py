@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from agent import events as ev
 from agent.beam import Beam, BeamError, resolve_branch
-from agent.session import Session, read_inbox
+from agent.session import MAX_LINE_BYTES, Session, clean_text, read_inbox
 from agent.state import KILLED, SessionState
 
 HELP = {
@@ -83,6 +83,10 @@ def parse_budget(args: list[str]) -> dict[str, float | None]:
     return out
 
 
+def _clean_id(raw: object) -> str:
+    return clean_text(str(raw))[:64] or "s?"
+
+
 class Steering:
     """The agent's side of the inbox. `check_set(branch, settings)` validates /set against a branch's SPACE."""
 
@@ -115,27 +119,35 @@ class Steering:
 
     # -- reading -----------------------------------------------------------------------------
     def drain(self) -> int:
-        records, _ = read_inbox(self.session, self.offset)
+        skipped: list[int] = []
+        records, end_of_inbox = read_inbox(self.session, self.offset, skipped)
+        for size in skipped:
+            self.emit(ev.ErrorEvent(where="steering", message=f"an inbox line of {size} bytes was skipped: "
+                                                             f"over the {MAX_LINE_BYTES >> 20} MB limit"))
         for rec, end in records:
-            text, target = str(rec["text"]), rec.get("target") or None
+            # Anything may write the inbox: clean here too, not only in `steer say` and the console.
+            text, target = clean_text(str(rec["text"])), (clean_text(str(rec.get("target") or ""))[:200] or None)
+            sid = _clean_id(rec["id"])
             scope = str(rec.get("scope")) if rec.get("scope") in ("once", "standing") else "once"
             kind = "command" if text.startswith("/") else "prompt"
             if text.startswith("/standing ") and text[len("/standing "):].strip():
                 scope = "standing"
-            self.emit(ev.SteeringReceived(id=str(rec["id"]), text=text, target=target, scope=scope, kind=kind,
-                                          inbox_offset=end))
+            self.emit(ev.SteeringReceived(id=sid, text=text, target=target, scope=scope, kind=kind, inbox_offset=end))
             self.offset = end
-            if kind == "command":
-                self._command(str(rec["id"]), text, target, scope)
+            if not text:
+                self._reject(sid, "empty steering text (nothing left after removing control characters)")
+            elif kind == "command":
+                self._command(sid, text, target, scope)
             else:
-                self._queue(str(rec["id"]), text, target, scope)
+                self._queue(sid, text, target, scope)
+        self.offset = max(self.offset, end_of_inbox)   # past skipped and unreadable lines too
         return len(records)
 
     def peek_aborts(self) -> list[str]:
         """Ids of /abort lines written since the last drain and not yet acted on (read during an evaluation)."""
         records, _ = read_inbox(self.session, self.offset)
-        return [str(r["id"]) for r, _ in records
-                if str(r["text"]).strip().split()[:1] == ["/abort"] and str(r["id"]) not in self.abort_acted]
+        return [_clean_id(r["id"]) for r, _ in records
+                if str(r["text"]).strip().split()[:1] == ["/abort"] and _clean_id(r["id"]) not in self.abort_acted]
 
     def _reject(self, sid: str, reason: str) -> None:
         self.emit(ev.SteeringRejected(id=sid, reason=reason))

@@ -246,9 +246,14 @@ class SessionRepo:
         except git.GitCommandError:
             pass  # cosmetic: the record is in the refs, not the checkout
 
-    def stale_index_lock(self) -> Path | None:
-        lock = Path(self.repo.git_dir) / "index.lock"
-        return lock if lock.exists() else None
+    def stale_locks(self) -> list[Path]:
+        """Lock files git leaves when it is killed mid-write: the index, HEAD, packed refs, any ref, worktrees'."""
+        git_dir = Path(self.repo.git_dir)
+        found = [git_dir / name for name in ("index.lock", "HEAD.lock", "packed-refs.lock", "config.lock")]
+        found = [p for p in found if p.exists()]
+        found += sorted((git_dir / "refs").rglob("*.lock"))
+        found += sorted((git_dir / "worktrees").glob("*/*.lock"))
+        return found
 
     def prune_worktrees(self) -> None:
         try:

@@ -30,7 +30,7 @@ import torch
 from agent.harness import guard as guard_mod
 from agent.harness import landlock, result, timing
 from agent.harness.result import (
-    CRASH, CUDA, EXCEPTION, GUARD, IMPORT, INTERFACE, SYNTAX, WRONG, CaseResult, rank_score,
+    CRASH, CUDA, EXCEPTION, GUARD, HARNESS, IMPORT, INTERFACE, SYNTAX, WRONG, CaseResult, rank_score,
 )
 
 CUDA_MARKERS = ("CUDA error", "cuda runtime error", "CUBLAS_STATUS", "CUSOLVER_STATUS", "CUDA out of memory",
@@ -134,8 +134,14 @@ class Worker:
 
     def load(self) -> None:
         sys.path[:0] = [self.cfg["task_dir"]]
-        self.reference = importlib.import_module("reference")
+        try:  # the task's fault, not the candidate's: reported as harness
+            self.reference = importlib.import_module("reference")
+        except BaseException as exc:  # noqa: BLE001
+            raise StageFailure(HARNESS, f"the task's reference.py failed to import: {describe(exc)}") from None
         ref = self.reference
+        for name in ("generate_input", "check_implementation"):
+            if not callable(getattr(ref, name, None)):
+                raise StageFailure(HARNESS, f"the task's reference.py has no callable {name}")
         self.guard = guard_mod.Guard({
             **timing.watched(),
             "reference module": lambda: sys.modules.get("reference"),
