@@ -4,13 +4,19 @@ Every way a reply can be unusable comes back as a one-line reason, never an exce
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+
+from agent.vcs import CANDIDATE_FILE
 
 SEARCH_RE = re.compile(r"^<{5,9} ?SEARCH\s*$")
 DIVIDER_RE = re.compile(r"^={5,9}\s*$")
 REPLACE_RE = re.compile(r"^>{5,9} ?REPLACE\s*$")
 FENCE_RE = re.compile(r"^```([\w+-]*)\s*$")
+# A line that is only a file name (aider's and markdown's way of saying which file a block edits)
+FILE_LINE_RE = re.compile(r"[\w./-]+\.(?:py|pyi|cu|cuh|cpp|cc|cxx|c|h|hpp|txt|sh|ya?ml|json|toml|cfg|ini|md)")
+MAX_CODE_BYTES = 1 << 20     # a kernel file larger than this is a runaway reply, not a kernel
 
 
 @dataclass
@@ -97,9 +103,45 @@ def apply_edits(code: str, edits: list[Edit]) -> tuple[str | None, str | None]:
     return code, None
 
 
+def _named_file(lines: list[str], index: int) -> str | None:
+    """The file named on its own line just above line `index` (blank lines and one fence opener skipped)."""
+    j, fences = index - 1, 0
+    while j >= 0 and (not lines[j].strip() or (fences == 0 and FENCE_RE.match(lines[j].strip()))):
+        fences += 1 if lines[j].strip() else 0
+        j -= 1
+    if j < 0:
+        return None
+    bare = lines[j].strip().strip("`*#>: ").strip()
+    bare = re.sub(r"^(?:file|path|filename)\s*:\s*", "", bare, flags=re.IGNORECASE).strip("`*: ")
+    return bare if FILE_LINE_RE.fullmatch(bare) else None
+
+
+def other_file(reply: str) -> str | None:
+    """A file other than submission.py that one of the reply's blocks says it edits."""
+    lines = reply.splitlines()
+    for i, line in enumerate(lines):
+        if SEARCH_RE.match(line) or FENCE_RE.match(line.strip()):
+            name = _named_file(lines, i)
+            if name and os.path.basename(name) != CANDIDATE_FILE:
+                return name
+    return None
+
+
 def parse_reply(reply: str, current: str) -> Parsed:
+    parsed = _parse_reply(reply, current)
+    if parsed.code is not None and len(parsed.code.encode()) > MAX_CODE_BYTES:
+        size = len(parsed.code.encode()) / (1 << 20)
+        return Parsed(None, f"the resulting {CANDIDATE_FILE} is {size:.1f} MB; the limit is "
+                            f"{MAX_CODE_BYTES >> 20} MB", parsed.how)
+    return parsed
+
+
+def _parse_reply(reply: str, current: str) -> Parsed:
     if not reply or not reply.strip():
         return Parsed(None, "the reply is empty")
+    target = other_file(reply)
+    if target:
+        return Parsed(None, f"the reply edits {target}; only {CANDIDATE_FILE} can be changed")
     edits, err = parse_blocks(reply)
     if err:
         return Parsed(None, err)

@@ -22,15 +22,26 @@ from agent.proposers.edits import parse_reply
 from agent.proposers.prompt import SYSTEM, build_prompt, first_line_summary
 
 MAX_BACKOFF_S = 60.0
+TRANSCRIPT_REPLY_CHARS = 256 * 1024   # a longer reply is kept in the transcript only in part
+
+
+class ReplyDeadline(openai.OpenAIError):
+    """No complete reply within the timeout: the client's own timeout is per read, so a server that
+    sends a byte now and then would otherwise hold the proposal forever."""
 
 
 def _retryable(exc: Exception) -> bool:
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, ReplyDeadline,
+                        ValueError)):
         return True
     return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
 
 
 def _describe(exc: Exception) -> str:
+    if isinstance(exc, ReplyDeadline):
+        return str(exc)
+    if isinstance(exc, ValueError):   # a body that is not the JSON the client expects
+        return f"the endpoint sent an unreadable reply ({type(exc).__name__}: {str(exc)[:120]})"
     if isinstance(exc, openai.APITimeoutError):
         return "the request timed out"
     if isinstance(exc, openai.APIConnectionError):
@@ -69,6 +80,38 @@ class LlmProposer:
             model=str(self.cfg.model),
             messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}], **kw)
 
+    def _request_within(self, prompt: str, cancel: threading.Event) -> Any:
+        """`_request` with a deadline on the whole reply; None if cancelled first."""
+        box: list[tuple[bool, Any]] = []
+
+        def call() -> None:
+            try:
+                box.append((True, self._request(prompt)))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box.append((False, exc))
+        worker = threading.Thread(target=call, daemon=True, name="steer-llm-request")
+        worker.start()
+        deadline = time.monotonic() + self.cfg.llm_timeout_s
+        while worker.is_alive() and not cancel.is_set() and time.monotonic() < deadline:
+            worker.join(0.1)
+        if not box:
+            self._drop_client()   # a fresh client next time; the stuck read ends when its server lets go
+            if cancel.is_set():
+                return None
+            raise ReplyDeadline(f"the request timed out: no complete reply within {self.cfg.llm_timeout_s:g} s")
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def _drop_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
     def propose(self, ctx: ProposalContext, cancel: threading.Event | None = None) -> Proposal:
         started = time.monotonic()
         cancel = cancel or threading.Event()
@@ -81,9 +124,12 @@ class LlmProposer:
                 return Proposal(None, error="aborted", transcript="\n".join(log), transient=True,
                                 duration_s=time.monotonic() - started)
             try:
-                response = self._request(prompt)
+                response = self._request_within(prompt, cancel)
+                if response is None:
+                    return Proposal(None, error="aborted", transcript="\n".join(log), transient=True,
+                                    duration_s=time.monotonic() - started)
                 break
-            except openai.OpenAIError as exc:
+            except (openai.OpenAIError, ValueError) as exc:
                 last_error = _describe(exc)
                 log.append(f"----- try {attempt + 1} failed: {last_error}")
                 if not _retryable(exc):
@@ -104,7 +150,9 @@ class LlmProposer:
             reply = response.choices[0].message.content or ""
         except (AttributeError, IndexError, TypeError):
             reply = ""
-        log += ["----- reply -----", reply, f"----- tokens: {t_in} in, {t_out} out, ${cost:.4f}"]
+        shown = reply if len(reply) <= TRANSCRIPT_REPLY_CHARS else (
+            reply[:TRANSCRIPT_REPLY_CHARS] + f"\n[... {len(reply) - TRANSCRIPT_REPLY_CHARS} more characters not kept]")
+        log += ["----- reply -----", shown, f"----- tokens: {t_in} in, {t_out} out, ${cost:.4f}"]
         parsed = parse_reply(reply, ctx.code)
         summary = first_line_summary(reply) or f"llm edit ({parsed.how or 'unparsed'})"
         if parsed.code is None:
