@@ -1,7 +1,7 @@
 """Fault points for the reliability tests (tests/reliability): inert unless STEER_FAULT is set.
 
 STEER_FAULT=kill:NAME       SIGKILL this process when it reaches the point NAME (`commit:object`,
-                            `commit:attempt-ref`, `commit:branch-ref`, `append:<event type>`; an
+                            `commit:attempt-ref`, `commit:refs`, `append:<event type>`; an
                             append point first writes half of the event's line, as a crash would)
 STEER_FAULT=disk-full:PATH  artifact writes fail with ENOSPC while the file PATH exists
 

@@ -482,7 +482,7 @@ class Agent:
                 ref = f"refs/heads/{f.branch}"
             except VcsError as exc:  # the ref cannot be moved: keep the attempt, report, do not move
                 verdict, reason = "rejected", f"accepted but not applied: {exc}"
-            faults.point("commit:branch-ref")
+        faults.point("commit:refs")
         self.write_artifact(self.session.artifacts / str(f.iteration) / "diff.patch", self.repo.diff(f.parent, sha))
         self.emit(ev.AttemptCommitted(iteration=f.iteration, branch=f.branch, sha=sha, parent_sha=f.parent,
                                       verdict=verdict, summary=f.proposal.summary, geomean_us=geomean,
@@ -546,7 +546,7 @@ class Agent:
 
     def _device_name(self) -> str:
         if self.device == "cuda":
-            ok, name = check_gpu(self.slots[0])
+            ok, name = self.gpu_probe(self.slots[0])
             return name if ok else f"GPU check failed: {name}"
         return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 

@@ -61,6 +61,7 @@ def broken_task(tmp_path: Path, small_qr_task, edit) -> Path:
     return d
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("edit, expect", [
     (lambda d: (d / "task.yml").write_text("tests: [\n  {batch: 1\n"), "not valid YAML"),
     (lambda d: (d / "task.yml").unlink(), "no task.yml"),

@@ -26,6 +26,7 @@ def _reap(pid: int, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.reliability
 @pytest.mark.slow
 def test_detach_refuses_a_second_agent_and_stops(tmp_path: Path):
     root = tmp_path / "sessions"
@@ -48,6 +49,7 @@ def test_detach_refuses_a_second_agent_and_stops(tmp_path: Path):
     check_record(s)
 
 
+@pytest.mark.reliability
 @pytest.mark.slow
 def test_kill_9_in_mid_evaluation_then_resume_loses_nothing(tmp_path: Path):
     root = tmp_path / "sessions"
@@ -85,6 +87,7 @@ def test_stop_agent_with_nobody_running(tmp_path: Path):
     assert r.returncode == 0 and "no agent is running" in r.stdout
 
 
+@pytest.mark.reliability
 @pytest.mark.slow
 def test_ctrl_c_to_the_foreground_group_stops_cleanly(tmp_path: Path):
     """Ctrl-C reaches every process of the terminal's foreground group, git helpers included.

@@ -44,6 +44,7 @@ def test_good_candidate_passes_with_timings(small_qr_task, candidate):
     assert json.loads(json.dumps(d))["cases"][0]["spec"]["n"] == 16
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("name, source, error_class, stage", [
     ("syntax", "def custom_kernel(data)\n    return data\n", "syntax", "import"),
     ("binary junk", "\x00\x01\x02garbage\xff", "syntax", "import"),
@@ -67,6 +68,7 @@ def test_broken_candidates_are_classified(small_qr_task, candidate, name, source
     assert wall < 30
 
 
+@pytest.mark.reliability
 def test_segfault_message_names_the_signal(small_qr_task, candidate):
     r, _ = run(candidate("import ctypes\ndef custom_kernel(data):\n    ctypes.string_at(0)\n"), small_qr_task)
     assert "SIGSEGV" in r.message
@@ -77,6 +79,7 @@ def test_exception_message_points_at_the_candidate_line(small_qr_task, candidate
     assert "ValueError: boom" in r.message and "submission.py:4" in r.message
 
 
+@pytest.mark.reliability
 def test_infinite_loop_times_out_within_its_limit(small_qr_task, candidate):
     path = candidate("def custom_kernel(data):\n    while True:\n        pass\n")
     r, wall = run(path, small_qr_task, stage_timeout=3.0)
@@ -85,6 +88,7 @@ def test_infinite_loop_times_out_within_its_limit(small_qr_task, candidate):
     assert wall < 3.0 + 15  # the limit plus worker start-up on a slow box
 
 
+@pytest.mark.reliability
 def test_forked_child_is_killed_with_the_group(small_qr_task, candidate):
     path = candidate("""
         import os, sys, time, torch
@@ -109,6 +113,7 @@ def test_forked_child_is_killed_with_the_group(small_qr_task, candidate):
         pytest.fail(f"the candidate's child {pid} outlived the evaluation")
 
 
+@pytest.mark.reliability
 def test_100mb_of_output_is_drained_and_bounded(small_qr_task, candidate):
     path = candidate("""
         import sys, torch
@@ -126,6 +131,7 @@ def test_100mb_of_output_is_drained_and_bounded(small_qr_task, candidate):
     assert r.stderr_tail.rstrip().endswith("last line of stderr")
 
 
+@pytest.mark.reliability
 def test_content_cache_never_hits_because_inputs_are_fresh(small_qr_task, candidate):
     path = candidate("""
         import sys, torch
@@ -143,6 +149,7 @@ def test_content_cache_never_hits_because_inputs_are_fresh(small_qr_task, candid
     assert "MISS" in r.stderr_tail and "HIT" not in r.stderr_tail.replace("MISS", "")
 
 
+@pytest.mark.reliability
 def test_shape_keyed_cache_is_caught_as_wrong(small_qr_task, candidate):
     path = candidate("""
         import torch
@@ -156,6 +163,7 @@ def test_shape_keyed_cache_is_caught_as_wrong(small_qr_task, candidate):
     assert r.error_class == "wrong", r.message
 
 
+@pytest.mark.reliability
 def test_fresh_inputs_differ_between_repeats_and_invocations(small_qr_task, candidate):
     path = candidate("""
         import sys, torch
@@ -185,6 +193,7 @@ def test_candidate_may_overwrite_its_input(small_qr_task, candidate):
     assert r.ok, r.message
 
 
+@pytest.mark.reliability
 def test_replacing_the_timer_is_a_guard_failure(small_qr_task, candidate):
     r, _ = run(candidate("""
         import time, torch
@@ -195,6 +204,7 @@ def test_replacing_the_timer_is_a_guard_failure(small_qr_task, candidate):
     assert r.error_class == "guard" and "time.perf_counter" in r.message
 
 
+@pytest.mark.reliability
 def test_replacing_the_checker_is_a_guard_failure(small_qr_task, candidate):
     r, _ = run(candidate("""
         import torch, reference
@@ -205,6 +215,7 @@ def test_replacing_the_checker_is_a_guard_failure(small_qr_task, candidate):
     assert r.error_class == "guard" and "check_implementation" in r.message
 
 
+@pytest.mark.reliability
 def test_secrets_are_not_in_the_candidate_environment(small_qr_task, candidate, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     monkeypatch.setenv("HF_TOKEN", "hf-secret")
@@ -220,6 +231,7 @@ def test_secrets_are_not_in_the_candidate_environment(small_qr_task, candidate, 
     assert r.ok, r.message
 
 
+@pytest.mark.reliability
 def test_candidate_cannot_change_the_task_directory(small_qr_task, candidate):
     before = {p.name: p.read_bytes() for p in small_qr_task.path.iterdir() if p.is_file()}
     r, _ = run(candidate("""
@@ -247,6 +259,7 @@ def test_missing_candidate_file_is_a_harness_error(small_qr_task, tmp_path):
     assert r.error_class == "harness" and "cannot read" in r.message
 
 
+@pytest.mark.reliability
 def test_writes_outside_the_sandbox_are_refused(small_qr_task, candidate, tmp_path):
     """A candidate that knows where the session lives still cannot write there (landlock)."""
     from agent.harness.landlock import abi_version
@@ -275,6 +288,7 @@ def test_writes_outside_the_sandbox_are_refused(small_qr_task, candidate, tmp_pa
     assert sorted(p.name for p in session_dir.iterdir()) == ["events.jsonl"]
 
 
+@pytest.mark.reliability
 def test_candidate_cannot_signal_the_agent(small_qr_task, candidate):
     from agent.harness.landlock import abi_version
     if abi_version() < 6:
@@ -300,6 +314,7 @@ def test_profile_mode_reports_launches_and_busy_share(small_qr_task, candidate):
     assert any("geqrf" in t["name"] for t in prof["top"])
 
 
+@pytest.mark.reliability
 def test_work_finishing_after_the_timed_region_is_caught(small_qr_task, candidate):
     """The CPU analogue of unjoined GPU work: fill the output from a thread after returning."""
     r, _ = run(candidate("""
@@ -350,6 +365,7 @@ def _workers_of(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.reliability
 def test_worker_exits_when_its_agent_is_killed(small_qr_task, candidate):
     import signal
     import subprocess

@@ -98,12 +98,14 @@ def test_a_good_edit_with_tokens_cost_and_the_prompt(server: FakeOpenAI, monkeyp
     assert SECRET not in p.transcript
 
 
+@pytest.mark.reliability
 def test_429_then_success_retries(server: FakeOpenAI):
     server.script = [Reply(status=429), Reply(GOOD_EDIT)]
     p = llm(server).propose(ctx())
     assert p.ok and len(server.requests) == 2 and "HTTP 429" in p.transcript
 
 
+@pytest.mark.reliability
 def test_500_until_the_limit_gives_a_transient_failure(server: FakeOpenAI):
     server.script = [Reply(status=500)] * 3
     p = llm(server, llm_retries=2).propose(ctx())
@@ -111,6 +113,7 @@ def test_500_until_the_limit_gives_a_transient_failure(server: FakeOpenAI):
     assert len(server.requests) == 3
 
 
+@pytest.mark.reliability
 def test_a_timeout_is_retried_then_given_up(server: FakeOpenAI):
     server.script = [Reply(GOOD_EDIT, delay=2.0)] * 2
     t0 = time.monotonic()
@@ -119,6 +122,7 @@ def test_a_timeout_is_retried_then_given_up(server: FakeOpenAI):
     assert time.monotonic() - t0 < 4
 
 
+@pytest.mark.reliability
 def test_unusable_replies_are_failed_proposals_not_transient(server: FakeOpenAI):
     server.script = [Reply(NO_CODE), Reply(BAD_EDIT)]
     for expected in ("no SEARCH/REPLACE block", "does not match the current code"):
@@ -126,6 +130,7 @@ def test_unusable_replies_are_failed_proposals_not_transient(server: FakeOpenAI)
         assert not p.ok and not p.transient and expected in p.error and p.tokens_in == 100
 
 
+@pytest.mark.reliability
 def test_a_dead_endpoint_is_a_clear_transient_failure():
     p = LlmProposer(RunConfig(proposer="llm", model="m", base_url="http://127.0.0.1:9/v1", llm_retries=0,
                               llm_timeout_s=2)).propose(ctx())
@@ -133,6 +138,7 @@ def test_a_dead_endpoint_is_a_clear_transient_failure():
 
 
 # -- in the loop ----------------------------------------------------------------------------------
+@pytest.mark.reliability
 @pytest.mark.slow
 def test_llm_loop_backs_off_records_failures_prefetches_and_never_leaks_the_key(tmp_path: Path, server: FakeOpenAI,
                                                                                 monkeypatch):

@@ -70,6 +70,7 @@ def test_a_tune_run_leaves_a_complete_record(tmp_path: Path):
     assert any(line.startswith("#1 ") for line in lines)
 
 
+@pytest.mark.reliability
 @pytest.mark.slow
 def test_resume_continues_numbering_and_reconciles_git_and_events(tmp_path: Path):
     root = tmp_path / "sessions"

@@ -57,6 +57,7 @@ def test_events_are_numbered_and_read_incrementally(tmp_path: Path):
     again.close()
 
 
+@pytest.mark.reliability
 def test_a_torn_last_line_is_skipped_on_read_and_cut_on_resume(tmp_path: Path):
     s = create_session(tmp_path, "s", {})
     log = EventLog(s.events_path)
@@ -106,6 +107,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.reliability
 def test_one_agent_per_session_and_a_dead_holder_is_taken_over(tmp_path: Path):
     s = create_session(tmp_path, "s", {})
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(s.lock_path)], stdout=subprocess.PIPE, text=True)
