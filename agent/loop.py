@@ -7,11 +7,9 @@ records it as failed, and ends the loop. This module never imports the UI.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import platform
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from agent.harness.task import Task, TaskError, bundled_tasks, load_task, resolv
 from agent.hooks import Hooks
 from agent.proposers import Proposal, make_proposer
 from agent.reconcile import reconcile
+from agent.recovery import Recoverer
 from agent.session import (MAX_LINE_BYTES, AgentLock, EventLog, EventReader, Session, SessionError,
                            create_session, new_session_name, open_session, write_config)
 from agent.setup import Setup
@@ -39,8 +38,6 @@ from agent.workbench import Workbench
 
 TAIL_CHARS = 2048
 MAX_ERROR_BACKOFF_S = 900.0
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-DISK_RETRY_S = 30.0
 
 
 def prepare_session(root: Path, name: str | None, cfg: RunConfig) -> Session:
@@ -117,13 +114,14 @@ class Agent:
         self.took_over_from: int | None = None
         self.skipped_lines = 0
         self.gpu_probe: Callable[[int | None], tuple[bool, str]] = check_gpu   # a test may stand in for the GPU
+        self.recover = Recoverer(self)
         self.stop_reason = "stop"     # what agent_stopped says when `stop` ends the run; a console may set "handoff"
 
     # -- events ------------------------------------------------------------------------------
     def emit(self, event: ev.Event) -> ev.Event:
         with self._emit_lock:
             assert self.log is not None
-            self._append(event)
+            self.recover.append(event)
             self.state.apply(event)
             line = format_event(event, self.state) if self.echo else None
         if line and self.echo:
@@ -131,53 +129,8 @@ class Agent:
         self.hooks.fire(event)
         return event
 
-    def _append(self, event: ev.Event) -> None:
-        """Append, waiting out a full disk: an event is never dropped (EventLog leaves no torn line)."""
-        assert self.log is not None
-        waited = 0.0
-        while True:
-            try:
-                self.log.append(event)
-                return
-            except OSError as exc:
-                if exc.errno not in DISK_FULL or self._abort.is_set():
-                    raise
-                if not waited:
-                    print(f"steer: disk full appending to {self.session.events_path}; waiting for space",
-                          file=sys.stderr, flush=True)
-                time.sleep(DISK_RETRY_S)
-                waited += DISK_RETRY_S
-
-    def _last_words(self, event: ev.Event) -> None:
-        """An event on the way out; if even that cannot be written (a full disk, aborted), say so on stderr."""
-        try:
-            self.emit(event)
-        except OSError as exc:
-            print(f"steer: could not record {event.type}: {exc}", file=sys.stderr, flush=True)
-
     def write_artifact(self, path: Path, text: str) -> None:
-        """Write an artifact; on a full disk, record it, pause, and retry until space returns (or an abort)."""
-        rel = path.relative_to(self.session.dir) if path.is_relative_to(self.session.dir) else path
-        started: float | None = None
-        while True:
-            try:
-                faults.disk_full()
-                _write(path, text)
-                break
-            except OSError as exc:
-                if exc.errno not in DISK_FULL or self._abort.is_set():
-                    raise
-                if started is None:
-                    started = time.monotonic()
-                    self.emit(ev.ErrorEvent(where="disk", message=f"cannot write {rel}: {exc.strerror}; the loop "
-                                            f"pauses and retries every {self._disk_wait():g} s until there is space"))
-                self._abort.wait(self._disk_wait())
-        if started is not None:
-            self.emit(ev.Recovery(action="disk space returned",
-                                  detail=f"{rel} written after {time.monotonic() - started:.1f} s of waiting"))
-
-    def _disk_wait(self) -> float:
-        return min(DISK_RETRY_S, self.cfg.error_backoff_s)
+        self.recover.write_artifact(path, text)
 
     # -- the run -----------------------------------------------------------------------------
     def run(self, stop: threading.Event | None = None, abort: threading.Event | None = None,
@@ -199,12 +152,12 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - the record must say why the agent died
             detail = f"{type(exc).__name__}: {exc}"
             if self.log is not None:
-                self._last_words(ev.ErrorEvent(where="agent", message=detail, fatal=True))
+                self.recover.last_words(ev.ErrorEvent(where="agent", message=detail, fatal=True))
         finally:
             for f in self.flights.values():
                 f.cancel.set()
             if self.log is not None:
-                self._last_words(ev.AgentStopped(reason=reason, iterations=self.iterations_run, detail=detail))
+                self.recover.last_words(ev.AgentStopped(reason=reason, iterations=self.iterations_run, detail=detail))
                 self.hooks.wait(2.0)
                 self.log.close()
             if self.repo is not None:
@@ -266,7 +219,7 @@ class Agent:
                 self._abort_flights("aborted")
                 self._collect(block=False)
                 return "abort", "aborted in flight"
-            if self._session_deleted():
+            if self.recover.session_deleted():
                 self._abort_flights("the session was deleted")
                 self._collect(block=False)
                 return "error", "the session directory was deleted"
@@ -295,15 +248,6 @@ class Agent:
                 continue
             idle_reported = False
             self._collect(block=True, abort=abort)
-
-    def _session_deleted(self) -> bool:
-        """Someone removed the session directory: nothing recorded from now on would be seen by anyone."""
-        assert self.log is not None and self.log._fd is not None
-        if os.fstat(self.log._fd).st_nlink > 0 and self.session.toml.exists():
-            return False
-        print(f"steer: session {self.session.name} was deleted ({self.session.dir}); the agent stops",
-              file=sys.stderr, flush=True)
-        return True
 
     def _fill_slots(self, abort: threading.Event) -> None:
         for slot, gpu in enumerate(self.slots):
@@ -419,30 +363,13 @@ class Agent:
                                   error_class="aborted" if aborted else r.error_class, message=message,
                                   geomean_us=r.geomean_us, speedup=speedup, result=trim_result(full)))
         if r.error_class == CUDA and self.device == "cuda":
-            self._recheck_gpu(f.gpu)
+            self.recover.recheck_gpu(f.gpu)
         b = self.state.branches[f.branch]
         error = aborted or (f"{r.error_class}: {r.message}" if not r.ok else "")
         verdict = judge(r.ok and not aborted, error, r.geomean_us, se, b.best_us, b.best_se_us)
         cases = [CaseLine(_label(c.spec), c.mean_us, c.stderr_us) for c in r.benchmarks]
         self.commit(f, verdict.verdict, verdict.reason, ok=r.ok and not aborted, error=error,
                     geomean=r.geomean_us, se=se, speedup=speedup, cases=cases)
-
-    def _recheck_gpu(self, gpu: int | None) -> None:
-        """After a CUDA fault: probe the GPU in a fresh process; while it is unhealthy, wait and probe again."""
-        discard_prestarted()   # a waiting worker made its CUDA context before the fault
-        name = f"GPU {gpu if gpu is not None else 0}"
-        ok, detail = self.gpu_probe(gpu)
-        self.emit(ev.Recovery(action="GPU re-checked after a CUDA fault",
-                              detail=f"{name} {'healthy' if ok else 'unhealthy'}: {detail}"))
-        if ok:
-            return
-        self.emit(ev.ErrorEvent(where="gpu", message=f"{name} failed its health probe ({detail}); no evaluation "
-                                f"runs until it passes (probing every {self.cfg.error_backoff_s:g} s)"))
-        while not ok and not (self._stop.is_set() or self._abort.is_set()):
-            self._stop.wait(self.cfg.error_backoff_s)
-            ok, detail = self.gpu_probe(gpu)
-        if ok:
-            self.emit(ev.Recovery(action="GPU healthy again", detail=f"{name}: {detail}"))
 
     def _after_failed_proposal(self, f: Flight) -> None:
         p = f.proposal
@@ -478,7 +405,7 @@ class Agent:
         ref = f"refs/attempts/{f.iteration}"
         if verdict == "accepted":
             try:
-                self._move_branch(f.branch, sha, f.parent)
+                self.recover.move_branch(f.branch, sha, f.parent)
                 ref = f"refs/heads/{f.branch}"
             except VcsError as exc:  # the ref cannot be moved: keep the attempt, report, do not move
                 verdict, reason = "rejected", f"accepted but not applied: {exc}"
@@ -494,28 +421,6 @@ class Agent:
             found = plateau(b, self.cfg.plateau_attempts, self.cfg.plateau_minutes)
             if found is not None:
                 self.emit(found)
-
-    def _move_branch(self, branch: str, sha: str, parent: str) -> None:
-        """Move `branch` from `parent` (where the events say it is) to `sha`. If someone moved the ref
-        meanwhile, the events win: the other position is kept under refs/steer/overruled/ and recorded."""
-        assert self.repo is not None
-        try:
-            self.repo.move_branch(branch, sha, old=parent)
-            return
-        except VcsError:
-            moved = self.repo.head(branch)
-            if moved == parent:
-                raise
-        keep = ""
-        if moved:
-            keep = f"refs/steer/overruled/{branch}/{int(time.time())}"
-            self.repo.keep(keep, moved)
-            self.repo.move_branch(branch, sha, old=moved)
-        else:
-            self.repo.create_branch(branch, sha)
-        self.emit(ev.Recovery(action="branch ref reset to the recorded head",
-                              detail=f"{branch} was moved to {moved[:10] if moved else 'nowhere (deleted)'} outside "
-                                     f"the agent; the events say {parent[:10]}" + (f"; kept as {keep}" if keep else "")))
 
     # -- budgets -----------------------------------------------------------------------------
     def _budget_reached(self) -> tuple[str, str] | None:
@@ -563,12 +468,6 @@ def trim_result(full: dict[str, Any]) -> dict[str, Any]:
 
 def _label(spec: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in spec.items() if k != "seed")
-
-
-def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
 
 
 def _running_seconds(events: list[ev.Event]) -> float:

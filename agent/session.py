@@ -342,6 +342,10 @@ class EventLog:
         self.next_seq += 1
         return event
 
+    def unlinked(self) -> bool:
+        """Whether the file this log appends to was deleted (its directory removed under a running agent)."""
+        return self._fd is not None and os.fstat(self._fd).st_nlink == 0
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -40,7 +40,8 @@ class Setup:
 
         result = evaluate(path, a.task, a.eval_options(slot), on_progress=progress, cancel=abort)
         self.dir.mkdir(mode=0o700, exist_ok=True)
-        a.write_artifact(self.dir / f"{label.replace('/', '_')}.json", json.dumps(result.to_json(), indent=1, default=str))
+        a.write_artifact(self.dir / f"{label.replace('/', '_')}.json",
+                         json.dumps(result.to_json(), indent=1, default=str))
         return result
 
     def _evaluate_all(self, jobs: list[tuple[str, Path]], abort: threading.Event) -> dict[str, EvalResult]:

@@ -267,9 +267,8 @@ def _guarded_spaces(task_dir: str) -> tuple[dict[str, Any], set[str]]:
                "timing.Clock": timing.Clock, "result": result, "guard": guard_mod, "guard.Guard": guard_mod.Guard}
     others = {"torch": torch, "torch.Tensor": torch.Tensor, "torch.linalg": torch.linalg,
               "torch.nn.functional": torch.nn.functional, "torch.functional": torch.functional,
-              "builtins": builtins,
-              "math": math, "random": random, "random.Random": random.Random, "json": json, "hmac": hmac,
-              "threading": threading, "time": time}
+              "builtins": builtins, "math": math, "random": random, "random.Random": random.Random, "json": json,
+              "hmac": hmac, "hashlib": hashlib, "threading": threading, "time": time}
     return {**task, **harness, **others}, set(task) | set(harness) | {"torch.Tensor"}
 
 

@@ -25,8 +25,8 @@ from agent.daemon import spawn_detached
 from agent.loop import Agent, prepare_session
 from agent.session import append_inbox
 from agent.vcs import SessionRepo
-from fixtures.agent_helpers import REPO_ROOT, TINY, check_record, config, events, in_thread, of_type, steer, tiny_task, \
-    wait_for
+from fixtures.agent_helpers import (REPO_ROOT, TINY, check_record, config, events, in_thread, of_type, steer,
+                                    tiny_task, wait_for)
 from fixtures.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.reliability
@@ -96,7 +96,7 @@ def test_kill_9_during_a_proposal_then_resume(tmp_path: Path):
     ("commit:attempt-ref", ["attempt recovered from git"]),
     ("commit:refs", ["attempt recovered from git"]),
     ("append:attempt_committed", ["torn events line cut", "attempt recovered from git"]),
-])
+], ids=["commit:object", "commit:attempt-ref", "commit:refs", "append:attempt_committed"])
 def test_kill_9_during_a_commit_or_an_event_append_then_resume(tmp_path: Path, monkeypatch, point, recovered):
     root = tmp_path / "sessions"
     task = tiny_task(tmp_path, seeds=("sleepy",))

@@ -147,7 +147,7 @@ def custom_kernel(data):
     # garbage, and a partial line that corrupts the worker's next one
     b"\x00\xff garbage\n",
     b'{"type": "res',
-])
+], ids=["old-protocol result", "untagged result", "garbage", "partial line"])
 def test_lines_written_into_the_result_pipe_are_refused(small_qr_task, candidate, payload):
     r, _ = run(candidate(FORGE.replace("PAYLOAD", repr(payload))), small_qr_task)
     assert cheat_caught(r, "guard"), r.message
@@ -182,7 +182,7 @@ def test_side_work_left_running_on_a_thread_pool_is_refused(small_qr_task, candi
     assert "after the timed region" in r.message
 
 
-@pytest.mark.parametrize("key", ["id(data)", "data.data_ptr()"])
+@pytest.mark.parametrize("key", ["id(data)", "data.data_ptr()"], ids=["id", "data_ptr"])
 def test_a_cache_keyed_by_object_identity_or_address_is_caught(small_qr_task, candidate, key):
     """Freed inputs' ids and addresses are reused by the next repeat; the inputs' contents are fresh."""
     r, _ = run(candidate(f"""

@@ -14,7 +14,6 @@ import pytest
 from agent import events as ev
 from agent.harness.landlock import abi_version
 from agent.loop import Agent, prepare_session
-from agent.proposers.llm import LlmProposer
 from agent.session import MAX_LINE_BYTES
 from agent.vcs import SessionRepo
 from fixtures.agent_helpers import check_record, config, events, of_type, tiny_task
@@ -61,7 +60,8 @@ def test_a_reply_that_trickles_forever_is_cut_by_the_deadline(server: FakeOpenAI
     assert not p.ok and p.transient and "no complete reply within 1 s" in p.error
 
 
-@pytest.mark.parametrize("bad", [Reply(GOOD_EDIT, truncate=True), Reply(raw=b'{"id": "x", "choices": [{"mess')])
+@pytest.mark.parametrize("bad", [Reply(GOOD_EDIT, truncate=True), Reply(raw=b'{"id": "x", "choices": [{"mess')],
+                         ids=["truncated", "unreadable"])
 def test_a_truncated_or_unreadable_body_is_retried(server: FakeOpenAI, bad: Reply):
     server.script = [bad, Reply(GOOD_EDIT)]
     p = llm(server, llm_retries=1).propose(ctx())
@@ -83,7 +83,7 @@ def test_a_10_mb_reply_is_a_clear_failure_and_stays_small_in_the_record(server: 
      "utils.py"),
     ("**../../reference.py**\n```python\ndef custom_kernel(data):\n    return data * 2\n"
      "def check_implementation(data, output):\n    return True, ''\n```\n", "../../reference.py"),
-])
+], ids=["utils.py", "reference.py"])
 def test_an_edit_for_another_file_is_refused_and_writes_nothing(server: FakeOpenAI, tmp_path: Path, reply, named):
     server.script = [Reply(reply)]
     before = sorted(p.name for p in tmp_path.rglob("*"))
