@@ -176,6 +176,7 @@ class Agent:
         self.device = resolve_device(self.cfg.device)
         self.slots = self._slots()
         self.repo = SessionRepo.open_or_init(self.session.repo, f"Steer session {self.session.name}: task {self.task.name}")
+        self.repo.on_recovery = lambda action, detail: self.emit(ev.Recovery(action=action, detail=detail))
         started = any(isinstance(e, ev.SessionStarted) for e in prior)
         if not started:
             self.emit(ev.SessionStarted(name=self.session.name, task=self.task.name, task_path=str(self.task.path),

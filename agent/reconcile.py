@@ -32,7 +32,9 @@ def reconcile(state: SessionState, repo: SessionRepo, session: Session, emit: Ca
         lock.unlink(missing_ok=True)
         action = "git index.lock removed" if lock.name == "index.lock" else "git lock removed"
         emit(ev.Recovery(action=action, detail=f"{lock} was left by a process that died"))
-    repo.prune_worktrees()
+    pruned = repo.prune_worktrees()
+    if pruned:
+        emit(ev.Recovery(action="stale git worktrees pruned", detail="; ".join(pruned)[:2000]))
     in_git = repo.attempts()
     for a in list(state.attempts):
         if a.sha:

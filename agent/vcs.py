@@ -105,9 +105,12 @@ def _restarting_helpers(method: Callable) -> Callable:
     def wrapper(self: "SessionRepo", *args: Any, **kw: Any) -> Any:
         try:
             return method(self, *args, **kw)
-        except VcsError:
+        except VcsError as first:
             self.repo.git.clear_cache()
-            return method(self, *args, **kw)
+            result = method(self, *args, **kw)
+            if self.on_recovery is not None:   # it was the helpers, not the repository: say so
+                self.on_recovery("git helpers restarted", f"{method.__name__} failed ({first}); it worked on retry")
+            return result
     return wrapper
 
 
@@ -116,6 +119,7 @@ class SessionRepo:
     def __init__(self, repo: git.Repo):
         self.repo = repo
         self.path = Path(repo.working_tree_dir or repo.git_dir)
+        self.on_recovery: Callable[[str, str], None] | None = None   # (action, detail) of a repair made here
 
     # -- opening -------------------------------------------------------------------------
     @classmethod
@@ -202,12 +206,17 @@ class SessionRepo:
         try:
             blob = self.repo.commit(sha).tree[CANDIDATE_FILE]
             return blob.data_stream.read().decode("utf-8", "replace")
-        except (KeyError, ValueError, git.GitError) as exc:
-            raise VcsError(f"{sha[:10]} holds no {CANDIDATE_FILE}: {exc}") from None
+        except KeyError:
+            raise VcsError(f"{sha[:10]} holds no {CANDIDATE_FILE}") from None
+        except (ValueError, git.GitError, OSError) as exc:   # OSError: a cat-file helper died (Ctrl-C)
+            raise VcsError(f"cannot read {sha[:10]}: {exc}") from None
 
     @_restarting_helpers
     def message(self, sha: str) -> str:
-        return str(self.repo.commit(sha).message)
+        try:
+            return str(self.repo.commit(sha).message)
+        except (ValueError, git.GitError, OSError) as exc:
+            raise VcsError(f"cannot read the message of {sha[:10]}: {exc}") from None
 
     def trailers(self, sha: str) -> dict[str, str]:
         return parse_trailers(self.message(sha))
@@ -255,11 +264,13 @@ class SessionRepo:
         found += sorted((git_dir / "worktrees").glob("*/*.lock"))
         return found
 
-    def prune_worktrees(self) -> None:
+    def prune_worktrees(self) -> list[str]:
+        """Forget worktrees whose directories are gone; git's own lines about each one pruned."""
         try:
-            self.repo.git.worktree("prune")
+            out = self.repo.git.worktree("prune", "--verbose")
         except git.GitCommandError:
-            pass
+            return []
+        return [line for line in out.splitlines() if line.strip()]
 
     @contextmanager
     def worktree(self, sha: str, path: Path) -> Iterator[Path]:

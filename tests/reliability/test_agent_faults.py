@@ -272,3 +272,29 @@ def test_after_a_cuda_fault_the_gpu_is_probed_until_healthy(tmp_path: Path):
     assert [e.where for e in of_type(items, ev.ErrorEvent)][:1] == ["gpu"]
     assert len(probes) == 5           # the session's first probe, then 3 failing and 1 passing
     check_record(s)
+
+
+def test_dead_git_helpers_are_restarted_and_the_repair_recorded(tmp_path: Path):
+    """What a Ctrl-C does to gitpython's long-lived `git cat-file` children (seen on the H200), on purpose:
+    every kind of repository call still works, and each repair reaches the agent as a recovery."""
+    repo = SessionRepo.open_or_init(tmp_path / "repo")
+    repaired: list[tuple[str, str]] = []
+    repo.on_recovery = lambda action, detail: repaired.append((action, detail))
+
+    def kill_helpers() -> None:
+        for line in subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(os.getpid())], capture_output=True,
+                                   text=True).stdout.splitlines():
+            pid, args = line.split(None, 1)
+            if "cat-file" in args:
+                os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.1)
+    try:
+        sha = repo.commit(SEED, "seed\n", repo.root())
+        for call in (lambda: repo.read(sha), lambda: repo.message(sha), lambda: repo.commit(SEED + "#\n", "2\n", sha)):
+            call()                      # the helpers exist
+            kill_helpers()
+            assert call()               # and are restarted after they died
+    finally:
+        repo.close()
+    assert [action for action, _ in repaired] == ["git helpers restarted"] * 3
+    assert "Broken pipe" in repaired[0][1]
