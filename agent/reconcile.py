@@ -9,6 +9,7 @@ anywhere, so on resume:
 - a branch ref that disagrees with the events is put back where the events say: the events
   hold the measurements, a ref moved by hand does not. The overruled position is kept under
   refs/steer/overruled/<branch>/<time> so nothing is lost;
+- a command proposer's process group left running by a killed agent is ended;
 - leftover git lock files (index.lock, a ref's .lock: only the agent writes this repo, and we hold
   agent.lock) are removed.
 Each repair is a `recovery` event.
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from agent import events as ev
+from agent.proposers.command import kill_orphans
 from agent.session import Session
 from agent.state import SessionState
 from agent.vcs import AttemptRecord, SessionRepo, VcsError
@@ -32,6 +34,9 @@ def reconcile(state: SessionState, repo: SessionRepo, session: Session, emit: Ca
         lock.unlink(missing_ok=True)
         action = "git index.lock removed" if lock.name == "index.lock" else "git lock removed"
         emit(ev.Recovery(action=action, detail=f"{lock} was left by a process that died"))
+    orphans = kill_orphans(session.dir / "work")
+    if orphans:
+        emit(ev.Recovery(action="orphaned proposer command ended", detail="; ".join(orphans)))
     pruned = repo.prune_worktrees()
     if pruned:
         emit(ev.Recovery(action="stale git worktrees pruned", detail="; ".join(pruned)[:2000]))

@@ -38,7 +38,7 @@ class CommandProposer:
         # unique: a discarded prefetch for the same iteration may still be tearing its own down
         path = ctx.workdir / f"worktree-{time.time_ns()}"
         with ctx.worktree(path) as wt:
-            output, code, status = self._run(Path(wt), prompt, cancel)
+            output, code, status = self._run(Path(wt), prompt, cancel, ctx.workdir)
             target = Path(wt) / CANDIDATE_FILE
             new = target.read_text(errors="replace") if target.is_file() else None
         transcript = f"$ {self.cfg.command}\n----- prompt (stdin) -----\n{prompt}\n----- output -----\n{output}\n"
@@ -56,13 +56,21 @@ class CommandProposer:
                             error=f"the command left {CANDIDATE_FILE} unchanged", duration_s=duration)
         return Proposal(new, summary=summary, transcript=transcript, duration_s=duration)
 
-    def _run(self, cwd: Path, prompt: str, cancel: threading.Event) -> tuple[str, int | None, str]:
+    def _run(self, cwd: Path, prompt: str, cancel: threading.Event, record_dir: Path) -> tuple[str, int | None, str]:
         """(output, exit code, failure description or "")."""
         try:
             proc = subprocess.Popen(str(self.cfg.command), shell=True, cwd=cwd, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             return "", 127, f"cannot start the command: {exc}"
+        record = _record(record_dir, proc.pid)
+        try:
+            return self._follow(proc, prompt, cancel)
+        finally:
+            _kill_group(proc)   # whatever it left running in its group (a server, a watcher) goes too
+            record.unlink(missing_ok=True)
+
+    def _follow(self, proc: subprocess.Popen, prompt: str, cancel: threading.Event) -> tuple[str, int | None, str]:
         chunks: list[bytes] = []
         size = [0]
 
@@ -108,3 +116,62 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# -- orphans -------------------------------------------------------------------------------------
+# A running command is recorded as work/<iteration>/command.<pgid>.pid ("pgid start-time"), so that
+# after the agent was killed (kill -9 leaves the command's own process group running, for up to its
+# whole time limit) the next agent can end it, and nothing else that reused the number.
+
+def _record(record_dir: Path, pgid: int) -> Path:
+    path = record_dir / f"command.{pgid}.pid"
+    try:
+        path.write_text(f"{pgid} {_start_time(pgid)}\n")
+    except OSError:
+        pass   # best effort: only a later cleanup needs it
+    return path
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _group_members(pgid: int, started: int) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and int(fields[19]) >= started:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_orphans(work_root: Path) -> list[str]:
+    """End commands a dead agent left running under `work_root`; a line for each one ended."""
+    ended = []
+    for path in sorted(work_root.glob("*/command.*.pid")):
+        try:
+            pgid_text, started_text = path.read_text().split()[:2]
+            pgid, started = int(pgid_text), int(started_text)
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+            continue
+        members = _group_members(pgid, started)
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if members:
+            ended.append(f"process group {pgid} of {path.parent.name}: {len(members)} processes")
+        path.unlink(missing_ok=True)
+    return ended

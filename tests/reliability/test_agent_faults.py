@@ -298,3 +298,47 @@ def test_dead_git_helpers_are_restarted_and_the_repair_recorded(tmp_path: Path):
         repo.close()
     assert [action for action, _ in repaired] == ["git helpers restarted"] * 3
     assert "Broken pipe" in repaired[0][1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def test_kill_9_during_a_command_proposal_leaves_no_orphan_after_resume(tmp_path: Path):
+    """The external coding agent runs in its own process group, so `kill -9` of the agent leaves it running
+    (for up to its whole time limit). The next agent ends it."""
+    marker = tmp_path / "thinking"
+    script = tmp_path / "slow_agent.py"
+    script.write_text(f"""
+import os, pathlib, time
+pathlib.Path({str(marker)!r}).write_text(str(os.getpid()))
+time.sleep(600)
+""")
+    root = tmp_path / "sessions"
+    task = tiny_task(tmp_path, seeds=("sleepy",))
+    s = prepare_session(root, "orphan", config(task, proposer="command", command=f"{sys.executable} {script}",
+                                               max_iterations=1))
+    pid = spawn_detached(root, "orphan")
+    deadline = time.monotonic() + 90
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    thinker = int(marker.read_text())
+    os.kill(pid, signal.SIGKILL)
+    _wait_dead(pid)
+    assert _alive(thinker), "the command died with the agent (then there is nothing to test)"
+    try:
+        r = steer("run", "orphan", "--headless", root=root, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not _alive(thinker), "the orphaned command still runs"
+    finally:
+        if _alive(thinker):
+            os.kill(thinker, signal.SIGKILL)
+    items = events(s)
+    ended = [e for e in of_type(items, ev.Recovery) if e.action == "orphaned proposer command ended"]
+    assert len(ended) == 1 and "of 1:" in ended[0].detail
+    check_record(s)
