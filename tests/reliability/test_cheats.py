@@ -1,7 +1,7 @@
 """Reward hacking: candidates that try to pass or look fast without doing the work. None may be accepted.
 
-Each cheat here was checked to be accepted by the harness without the guard that now stops it
-(docs/reliability.md lists which guard). Real worker processes, the real qr checker.
+Every test here was checked to fail with its guard reverted; most of these cheats were then simply
+accepted (docs/reliability.md says which). Real worker processes, the real qr checker.
 """
 from __future__ import annotations
 
