@@ -1,7 +1,8 @@
 """Reward hacking: candidates that try to pass or look fast without doing the work. None may be accepted.
 
-Every test here was checked to fail with its guard reverted; most of these cheats were then simply
-accepted (docs/reliability.md says which). Real worker processes, the real qr checker.
+The tests of guards added for issue 6 were checked to fail with the guard reverted, most because the
+cheat was then accepted (docs/reliability.md says which); the cache and aliasing tests pin what the
+harness already did. Real worker processes, the real qr checker.
 """
 from __future__ import annotations
 
