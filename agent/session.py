@@ -22,6 +22,7 @@ from agent import faults
 from agent.events import Event, parse_line
 
 FORMAT_VERSION = 1
+TAIL_SCAN_BYTES = 1 << 20           # how much of events.jsonl's end is read to find the last seq
 MAX_LINE_BYTES = 4 * 1024 * 1024       # a longer line is skipped, not parsed
 MAX_STEERING_CHARS = 4000
 MAX_FIELD_CHARS = 64 * 1024            # an event line that would pass MAX_LINE_BYTES has its long strings cut
@@ -311,6 +312,22 @@ class EventLog:
             return size - cut
 
     def _last_seq(self) -> int:
+        """The seq of the last event: read from the file's end (seqs grow in file order), so opening
+        a 100,000-line log costs one block, not a full parse; a full scan only when the tail holds none."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+        with open(self.path, "rb") as f:
+            f.seek(max(0, size - TAIL_SCAN_BYTES))
+            tail = f.read()
+        lines = tail.split(b"\n")
+        if size > TAIL_SCAN_BYTES:
+            lines = lines[1:]  # the first piece may be the end of a longer line
+        for line in reversed(lines):
+            event = parse_line(line) if line.strip() else None
+            if event is not None and event.seq > 0:
+                return event.seq
         last = 0
         for event in EventReader(self.path).iter_all():
             last = max(last, event.seq)

@@ -138,3 +138,22 @@ def test_acquire_waits_for_a_predecessor(tmp_path: Path):
     assert time.monotonic() - t0 < 15
     lock.release()
     proc.wait()
+
+
+def test_event_log_finds_the_last_seq_from_the_end_of_a_long_file(tmp_path):
+    """Opening the log reads its tail for the last seq; a garbage tail falls back to older lines."""
+    from agent import events as ev
+    from agent.session import TAIL_SCAN_BYTES, EventLog
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    for i in range(3000):
+        log.append(ev.ErrorEvent(where="test", message="x" * 400))
+    log.close()
+    assert path.stat().st_size > TAIL_SCAN_BYTES
+    with open(path, "ab") as f:
+        f.write(b"not json at all\n{\"no\": \"type\"}\n")
+    reopened = EventLog(path)
+    assert reopened.next_seq == 3001
+    reopened.append(ev.ErrorEvent(where="test", message="after"))
+    reopened.close()
+    assert EventLog(path).next_seq == 3002
