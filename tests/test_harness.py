@@ -391,3 +391,19 @@ def test_worker_exits_when_its_agent_is_killed(small_qr_task, candidate):
     finally:
         if agent.poll() is None:
             agent.kill()
+
+
+def test_cpu_tail_counts_only_threads_seen_running(monkeypatch):
+    """A watcher descheduled on a loaded box is no work of the candidate's (a false guard failure
+    seen in a CPU run); a thread seen running for 5 ms is."""
+    from agent.harness import timing
+
+    def slow_and_idle() -> bool:
+        time.sleep(0.003)
+        return False
+    monkeypatch.setattr(timing, "_others_running", slow_and_idle)
+    assert timing.cpu_tail() == 0.0
+
+    t0 = time.monotonic()
+    monkeypatch.setattr(timing, "_others_running", lambda: time.monotonic() - t0 < 0.005)
+    assert timing.cpu_tail() >= 0.004
