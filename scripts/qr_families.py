@@ -185,7 +185,10 @@ def main() -> int:
         overrides = {}
         for kv in filter(None, args.set.split(",")):
             key, val = kv.split("=")
-            overrides[key] = json.loads(val) if val[:1] in "0123456789-[{tf" and val not in ("tf32x3",) else val
+            try:
+                overrides[key] = json.loads(val)
+            except json.JSONDecodeError:  # a bare word: a string knob (prec=ieee, trail=gemm)
+                overrides[key] = val
         tag = args.set.replace("=", "-").replace(",", "_").replace(".", "p")
         run_one(Path(args.one), args.time, sizes, out / f"{Path(args.one).stem}{'_' + tag if tag else ''}.json",
                 overrides, checks=not args.no_checks, profile=args.profile)
@@ -198,7 +201,7 @@ def main() -> int:
         path = QR / "candidates" / f"{fam}.py"
         cmd = [sys.executable, __file__, "--one", str(path), "--out", str(out), "--sizes", args.sizes]
         cmd += ["--time"] if args.time else []
-        cmd += ["--profile"] if args.profile and not sets else []
+        cmd += ["--profile"] if args.profile else []
         cmd += ["--set", sets, "--no-checks"] if sets else []
         t0 = time.perf_counter()
         try:

@@ -147,6 +147,15 @@ INTERPRETER_RUNS = [
                     "split_min": 0}, [], [{"batch": 2, "n": 40, "cond": 0, "seed": 4, "case": "nearcollinear"},
                                           {"batch": 2, "n": 40, "cond": 0, "seed": 5, "case": "clustered"}]),
     ("cholqr", {"thr": -1.0, "hh_small_max": 0, "hh_nb": 16, "hh_tile_max": 256}, [5, 24], []),
+    # look-ahead: two-level panels first, then one-level steps, some fused (small trailing update)
+    # with the next panel, some not
+    ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 1024, "lookahead_elems": 2000},
+     [5, 40], [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
+    # cuBLAS trailing updates (V written as a dense matrix by the panel kernel)
+    ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 256, "trail": "gemm"}, [5, 24],
+     [{"batch": 3, "n": 37, "cond": 0, "seed": 2, "case": "rankdef"}]),
+    ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16, "trail": "gemm"},
+     [24], [{"batch": 2, "n": 40, "cond": 0, "seed": 4, "case": "nearcollinear"}]),
 ]
 
 

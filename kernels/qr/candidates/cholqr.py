@@ -84,8 +84,10 @@ if triton is not None:
             # w[c] = v' p[:, c]: the update of columns > j, and for c < j the column (V' v) of T
             w = tl.sum(v[:, None] * p, axis=0)
             newc = tl.where(below, v, tl.where(rows == j, tl.where(live, beta, alpha), cj))
-            p = tl.where(cols[None, :] > j, p - (tau * v)[:, None] * w[None, :],
-                         tl.where(sel, newc[:, None], p))
+            # columns > j get the rank-1 update, column j its final values: one FMA and one select
+            # per element (w is zeroed for columns <= j on the short vector, not on the tile)
+            p = p - (tau * v)[:, None] * tl.where(cols > j, w, 0.0)[None, :]
+            p = tl.where(sel, newc[:, None], p)
             taus = tl.where(cols == j, tau, taus)
             if WRITE_T:
                 g = tl.where(cols < j, w, 0.0)
@@ -106,10 +108,13 @@ if triton is not None:
     @triton.jit
     def _trail_kernel(A, TW, n, k0, nb, cend, stride_b,
                       NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """C = A[k0:, c0:c0+BN] (columns < cend) of one matrix: C -= V (T' (V' C)), V the panel's reflectors."""
-        b = tl.program_id(0).to(tl.int64)
+        """C = A[k0:, c0:c0+BN] (columns < cend) of one matrix: C -= V (T' (V' C)), V the panel's reflectors.
+
+        Grid (column blocks, matrices): one matrix's blocks are neighbours in launch order, so they
+        run together and read its V from L2 rather than HBM."""
+        b = tl.program_id(1).to(tl.int64)
         base = A + b * stride_b
-        c0 = k0 + nb + tl.program_id(1) * BN
+        c0 = k0 + nb + tl.program_id(0) * BN
         cols = c0 + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
         pc = k0 + kk
@@ -168,7 +173,7 @@ def _factor_triton(a, tau, cfg, tw):
         _panel_kernel[(b,)](a, tau, tw, n, k0, nb, n * n, BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
                             num_warps=_warps(bm * nbp, cfg["hh_panel_epw"]))
         if k0 + nb < n:
-            grid = (b, triton.cdiv(n - k0 - nb, 64))
+            grid = (triton.cdiv(n - k0 - nb, 64), b)
             _trail_kernel[grid](a, tw, n, k0, nb, n, n * n, NBT=nbt, BN=64, BK=32,
                                 PREC=cfg["hh_prec"], num_warps=4)
         k0 += nb

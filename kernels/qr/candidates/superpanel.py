@@ -29,12 +29,14 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
 
 CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "ieee", "bn": 64, "bk": 32,
           "bn_inner": 16, "trail_warps": 4, "panel_epw": 2048, "outer_warps": 8, "split_min": 264,
-          "graph_max_elems": 67108864}
+          "graph_max_elems": 67108864, "trail": "triton",
+          "lookahead_elems": 8388608}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
          "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
          "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "panel_epw": [512, 1024, 2048, 4096],
          "outer_warps": [4, 8], "split_min": [0, 132, 264, 528],
-         "graph_max_elems": [0, 8388608, 33554432, 67108864]}
+         "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
+         "lookahead_elems": [0, 2097152, 8388608, 33554432]}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -44,14 +46,24 @@ if triton is not None:
         return a0 + a1, b0 + b1, tl.maximum(c0, c1)
 
     @triton.jit
-    def _panel_kernel(A, TAU, TW, n, k0, nb, stride_b,
-                      BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr, WRITE_T: tl.constexpr):
-        """Householder QR of rows k0.., columns k0..k0+nb of one matrix, in registers; T too.
+    def _panel_kernel(A, TAU, TW, VB, n, k0, nb, stride_b, stride_vb, ldv, voff,
+                      BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr, WRITE_T: tl.constexpr,
+                      WRITE_V: tl.constexpr):
+        _panel(A, TAU, TW, VB, tl.program_id(0).to(tl.int64), n, k0, nb, stride_b, stride_vb, ldv, voff,
+               BM, NB, NBT, WRITE_T, WRITE_V)
+
+    @triton.jit
+    def _panel(A, TAU, TW, VB, b, n, k0, nb, stride_b, stride_vb, ldv, voff,
+               BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr, WRITE_T: tl.constexpr,
+               WRITE_V: tl.constexpr):
+        """Householder QR of rows k0.., columns k0..k0+nb of matrix b, in registers; T too.
+
+        With WRITE_V the reflectors also go to VB (unit diagonal, zeros above, row/column voff of a
+        dense m x ldv block per matrix) for the cuBLAS trailing update.
 
         Per column: one fused block reduction (alpha, sum of squares, max) and one for w = v'P;
         the norm is rescaled by max|x| only when the plain sum of squares could have lost range.
         """
-        b = tl.program_id(0).to(tl.int64)
         base = A + b * stride_b
         rows = tl.arange(0, BM)
         cols = tl.arange(0, NB)
@@ -89,8 +101,10 @@ if triton is not None:
             # w[c] = v' p[:, c]: the update of columns > j, and for c < j the column (V' v) of T
             w = tl.sum(v[:, None] * p, axis=0)
             newc = tl.where(below, v, tl.where(rows == j, tl.where(live, beta, alpha), cj))
-            p = tl.where(cols[None, :] > j, p - (tau * v)[:, None] * w[None, :],
-                         tl.where(sel, newc[:, None], p))
+            # columns > j get the rank-1 update, column j its final values: one FMA and one select
+            # per element (w is zeroed for columns <= j on the short vector, not on the tile)
+            p = p - (tau * v)[:, None] * tl.where(cols > j, w, 0.0)[None, :]
+            p = tl.where(sel, newc[:, None], p)
             taus = tl.where(cols == j, tau, taus)
             if WRITE_T:
                 g = tl.where(cols < j, w, 0.0)
@@ -99,6 +113,9 @@ if triton is not None:
                 t = tl.where(sel, tcol[:, None], t)
         tl.store(ptrs, p, mask=mask)
         tl.store(TAU + b * n + k0 + cols, taus, mask=cols < nb)
+        if WRITE_V:
+            vv = tl.where(rows[:, None] > cols[None, :], p, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
+            tl.store(VB + b * stride_vb + (voff + rows)[:, None] * ldv + (voff + cols)[None, :], vv, mask=mask)
         if WRITE_T:
             tbase = TW + b * NBT * NBT
             tl.store(tbase + tr[:, None] * NBT + cols[None, :], t)
@@ -111,36 +128,55 @@ if triton is not None:
     @triton.jit
     def _trail_kernel(A, TW, n, k0, nb, cend, stride_b,
                       NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """C = A[k0:, c0:c0+BN] (columns < cend) of one matrix: C -= V (T' (V' C)), V the panel's reflectors."""
-        b = tl.program_id(0).to(tl.int64)
+        # grid (column blocks, matrices): one matrix's blocks are neighbours in launch order, so
+        # they run together and read its V from L2 rather than HBM
+        b = tl.program_id(1).to(tl.int64)
+        _apply(A, TW, b, n, k0, nb, k0 + nb + tl.program_id(0) * BN, cend, stride_b, NBT, BN, BK, PREC)
+
+    @triton.jit
+    def _apply(A, TW, b, n, k0, nb, c0, cend, stride_b,
+               NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """C = A[k0:, c0:c0+BN] (columns < cend) of matrix b: C -= V (T' (V' C)), V the panel's reflectors."""
         base = A + b * stride_b
-        c0 = k0 + nb + tl.program_id(1) * BN
         cols = c0 + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
         pc = k0 + kk
         w = tl.zeros([NBT, BN], dtype=tl.float32)
         for r0 in range(k0, n, BK):
             rows = r0 + tl.arange(0, BK)
-            rm = rows < n
-            lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
-            v = tl.load(base + rows[:, None] * n + pc[None, :], mask=rm[:, None] & lower, other=0.0)
-            v = tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
-            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=rm[:, None] & (cols < cend)[None, :], other=0.0)
+            v = _load_v(base, rows, n, n, pc, kk, nb)
+            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=(rows < n)[:, None] & (cols < cend)[None, :],
+                        other=0.0)
             w = tl.dot(tl.trans(v), c, w, input_precision=PREC)
         tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
         w = tl.dot(tl.trans(tt), w, input_precision="ieee")
         for r0 in range(k0, n, BK):
             rows = r0 + tl.arange(0, BK)
-            rm = rows < n
-            lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
-            v = tl.load(base + rows[:, None] * n + pc[None, :], mask=rm[:, None] & lower, other=0.0)
-            v = tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
+            v = _load_v(base, rows, n, n, pc, kk, nb)
             cp = base + rows[:, None] * n + cols[None, :]
-            cm = rm[:, None] & (cols < cend)[None, :]
+            cm = (rows < n)[:, None] & (cols < cend)[None, :]
             c = tl.load(cp, mask=cm, other=0.0)
-            c = c - tl.dot(v, w, input_precision=PREC)
-            tl.store(cp, c, mask=cm)
+            tl.store(cp, c - tl.dot(v, w, input_precision=PREC), mask=cm)
 
+    @triton.jit
+    def _step_kernel(A, TAU, TWP, TWN, n, k0, nb, k1, nb1, stride_b,
+                     NBT: tl.constexpr, BM: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                     PREC: tl.constexpr):
+        """One step of the blocked loop with look-ahead, in one launch.
+
+        The panel at k0 (V in A, T in TWP) updates every column from k1 = k0 + nb on. Programs
+        (b, 0) update the next panel's nb1 columns and factor them at once (T into TWN), while
+        programs (b, 1..) update the rest: the next panel's column loop, the critical path, runs
+        beside the trailing update instead of after it. (b, 0) come first in launch order.
+        """
+        b = tl.program_id(0).to(tl.int64)
+        cb = tl.program_id(1)
+        if cb == 0:
+            _apply(A, TWP, b, n, k0, nb, k1, k1 + nb1, stride_b, NBT, NB, BK, PREC)
+            tl.debug_barrier()  # this program's writes of the panel columns, before it loads them
+            _panel(A, TAU, TWN, TAU, b, n, k1, nb1, stride_b, 0, 0, 0, BM, NB, NBT, True, False)
+        else:
+            _apply(A, TWP, b, n, k0, nb, k1 + nb1 + (cb - 1) * BN, n, stride_b, NBT, BN, BK, PREC)
 
     @triton.jit
     def _load_v(base, rows, rlim, n, pc, kk, nb):
@@ -251,6 +287,12 @@ def _row_blocks(cfg, programs, rows):
     return triton.cdiv(triton.cdiv(rows, nrb), cfg["bk"]) * cfg["bk"]
 
 
+def _update_gemm(a, v, t, k0, c0, cend):
+    """A[k0:, c0:cend] -= V (T' (V' A[k0:, c0:cend])) by three cuBLAS batched GEMMs (fp32, no TF32)."""
+    c = a[:, k0:, c0:cend]
+    c.baddbmm_(v, torch.bmm(t.transpose(1, 2), torch.bmm(v.transpose(1, 2), c)), alpha=-1.0)
+
+
 def _update(a, t, nbt, k0, nb, cend, cfg, wb, bn, warps):
     """A[k0:, k0+nb:cend] -= V (T' (V' A[k0:, k0+nb:cend])) with V, T of the panel at k0."""
     b, n, _ = a.shape
@@ -258,7 +300,7 @@ def _update(a, t, nbt, k0, nb, cend, cfg, wb, bn, warps):
     ncb = triton.cdiv(cend - c0, bn)
     rb = _row_blocks(cfg, b * ncb, n - k0) if wb is not None else 0
     if not rb:
-        _trail_kernel[(b, ncb)](a, t, n, k0, nb, cend, n * n, NBT=nbt, BN=bn, BK=cfg["bk"], PREC=cfg["prec"],
+        _trail_kernel[(ncb, b)](a, t, n, k0, nb, cend, n * n, NBT=nbt, BN=bn, BK=cfg["bk"], PREC=cfg["prec"],
                                 num_warps=warps)
         return
     grid = (b, ncb, triton.cdiv(n - k0, rb))
@@ -273,47 +315,101 @@ def _factor_triton(a, tau, cfg, ws):
     b, n, _ = a.shape
     if n <= cfg["small_max"]:
         np2 = max(16, _pow2(n))
-        _panel_kernel[(b,)](a, tau, tau, n, 0, n, n * n, BM=np2, NB=np2, NBT=16, WRITE_T=False,
-                            num_warps=_warps(np2 * np2, cfg["panel_epw"]))
+        _panel_kernel[(b,)](a, tau, tau, tau, n, 0, n, n * n, 0, 0, 0, BM=np2, NB=np2, NBT=16, WRITE_T=False,
+                            WRITE_V=False, num_warps=_warps(np2 * np2, cfg["panel_epw"]))
         return
-    twi, two, gb, wb = ws
+    twi, two, gb, wb, vb, twi2 = ws
     nbt, wt = twi.shape[-1], two.shape[-1]
+    gemm = vb is not None
+    ldv = vb.shape[-1] // n if gemm else 0
+    ahead = not gemm
+    pend, tws = None, (twi, twi2)  # look-ahead: the last panel (k0, width, which T) not yet applied
     k0 = 0
     while k0 < n:
         # Two levels only where a register panel is narrower than nb (tall panels); elsewhere one
         # register panel is the whole outer panel (no Gram/larft pass), as in wy_triton.
-        _, nbp0 = _inner_width(cfg, n - k0)
+        bm, nbp0 = _inner_width(cfg, n - k0)
+        if ahead and nbp0 >= int(cfg["nb"]):  # one register panel per step, from here to the end
+            w, cur = min(nbp0, n - k0), 1 - pend[2] if pend else 0
+            warps = _warps(bm * nbp0, cfg["panel_epw"])
+            if pend is None:
+                _panel_kernel[(b,)](a, tau, tws[cur], tau, n, k0, w, n * n, 0, 0, 0, BM=bm, NB=nbp0, NBT=nbt,
+                                    WRITE_T=True, WRITE_V=False, num_warps=warps)
+            else:
+                grid = (b, 1 + triton.cdiv(n - k0 - w, cfg["bn"]))
+                _step_kernel[grid](a, tau, tws[pend[2]], tws[cur], n, pend[0], pend[1], k0, w, n * n, NBT=nbt, BM=bm,
+                                   NB=nbp0, BN=cfg["bn"], BK=cfg["bk"], PREC=cfg["prec"],
+                                   num_warps=max(warps, cfg["trail_warps"]))
+            pend = None
+            if b * (n - k0) * (n - k0 - w) > cfg["lookahead_elems"]:
+                # a big trailing update runs alone: in the fused launch it would run with the
+                # panel's warps and registers (measured slower at 640x512 and 60x1024)
+                if k0 + w < n:
+                    _update(a, tws[cur], nbt, k0, w, n, cfg, wb, cfg["bn"], cfg["trail_warps"])
+                k0 += w
+                continue
+            pend = (k0, w, cur)
+            k0 += w
+            continue
         kend = min(n, k0 + (int(cfg["nbo"]) if nbp0 < int(cfg["nb"]) else nbp0))
+        m = n - k0
+        # V of this outer panel, as the dense m x (kend - k0) matrix the GEMMs read
+        vo = vb[:, :m * ldv].view(b, m, ldv)[:, :, :kend - k0] if gemm else None
         k1, single = k0, True
         while k1 < kend:
             bm, nbp = _inner_width(cfg, n - k1)
             nb1 = min(nbp, kend - k1)
-            _panel_kernel[(b,)](a, tau, twi, n, k1, nb1, n * n, BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
+            if gemm and k1 > k0:  # rows above this inner panel: zeros in V (stale from an earlier panel)
+                vo[:, :k1 - k0, k1 - k0:k1 - k0 + nb1].zero_()
+            _panel_kernel[(b,)](a, tau, twi, vb if gemm else tau, n, k1, nb1, n * n, vb.stride(0) if gemm else 0,
+                                ldv, k1 - k0, BM=bm, NB=nbp, NBT=nbt, WRITE_T=True, WRITE_V=gemm,
                                 num_warps=_warps(bm * nbp, cfg["panel_epw"]))
             if k1 + nb1 < kend:  # inner update: only the rest of this outer panel
                 single = False
-                _update(a, twi, nbt, k1, nb1, kend, cfg, wb, cfg["bn_inner"], cfg["trail_warps"])
+                if gemm:
+                    _update_gemm(a, vo[:, k1 - k0:, k1 - k0:k1 - k0 + nb1], twi[:, :nb1, :nb1], k1, k1 + nb1, kend)
+                else:
+                    _update(a, twi, nbt, k1, nb1, kend, cfg, wb, cfg["bn_inner"], cfg["trail_warps"])
             k1 += nb1
         if kend < n:
+            w = kend - k0
             if single:  # the outer panel was one register panel: its T is already there
-                _update(a, twi, nbt, k0, kend - k0, n, cfg, wb, cfg["bn"], cfg["trail_warps"])
+                if gemm:
+                    _update_gemm(a, vo, twi[:, :w, :w], k0, kend, n)
+                else:
+                    _update(a, twi, nbt, k0, w, n, cfg, wb, cfg["bn"], cfg["trail_warps"])
             else:
-                rb = _row_blocks(cfg, b, n - k0) or triton.cdiv(n - k0, cfg["bk"]) * cfg["bk"]
                 gb.zero_()
-                _gram_kernel[(b, triton.cdiv(n - k0, rb))](a, gb, n, k0, kend - k0, rb, n * n, WT=wt, BK=cfg["bk"],
-                                                           PREC=cfg["prec"], num_warps=cfg["outer_warps"])
-                _larft_kernel[(b,)](gb, tau, two, n, k0, kend - k0, WT=wt, num_warps=cfg["outer_warps"])
-                _update(a, two, wt, k0, kend - k0, n, cfg, wb, cfg["bn"], cfg["outer_warps"])
+                if gemm:
+                    gb[:, :w, :w] = torch.bmm(vo.transpose(1, 2), vo)
+                else:
+                    rb = _row_blocks(cfg, b, m) or triton.cdiv(m, cfg["bk"]) * cfg["bk"]
+                    _gram_kernel[(b, triton.cdiv(m, rb))](a, gb, n, k0, w, rb, n * n, WT=wt, BK=cfg["bk"],
+                                                          PREC=cfg["prec"], num_warps=cfg["outer_warps"])
+                _larft_kernel[(b,)](gb, tau, two, n, k0, w, WT=wt, num_warps=cfg["outer_warps"])
+                if gemm:
+                    _update_gemm(a, vo, two[:, :w, :w], k0, kend, n)
+                else:
+                    _update(a, two, wt, k0, w, n, cfg, wb, cfg["bn"], cfg["outer_warps"])
         k0 = kend
 
 
+def _gemm_updates(cfg):
+    """cuBLAS trailing updates only in full fp32: with TF32 matmuls allowed, the Triton kernels run."""
+    return cfg["trail"] == "gemm" and torch.get_float32_matmul_precision() == "highest"
+
+
 def _workspaces(a, cfg):
-    """T of a register panel, T and G of an outer panel, and (small batches only) W for row-split updates."""
+    """T of a register panel, T and G of an outer panel, and W for row-split updates (small batches,
+    Triton updates) or V as a dense matrix per panel (cuBLAS updates)."""
     b, n, _ = a.shape
     nbt, wt = max(16, int(cfg["nb"])), max(16, _pow2(cfg["nbo"]))
     z = dict(dtype=a.dtype, device=a.device)
-    wb = torch.zeros(b, max(nbt, wt), n, **z) if b < cfg["split_min"] else None
-    return torch.zeros(b, nbt, nbt, **z), torch.zeros(b, wt, wt, **z), torch.zeros(b, wt, wt, **z), wb
+    gemm = _gemm_updates(cfg)
+    wb = torch.zeros(b, max(nbt, wt), n, **z) if b < cfg["split_min"] and not gemm else None
+    vb = torch.zeros(b, n * max(nbt, wt), **z) if gemm else None
+    return (torch.zeros(b, nbt, nbt, **z), torch.zeros(b, wt, wt, **z), torch.zeros(b, wt, wt, **z), wb, vb,
+            torch.zeros(b, nbt, nbt, **z))
 
 
 # ----------------------------------------------------------------------------------- PyTorch

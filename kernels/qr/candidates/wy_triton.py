@@ -26,11 +26,11 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
     triton = None
 
 CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "ieee", "bn": 64, "bk": 32,
-          "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 67108864}
+          "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 67108864, "trail": "triton"}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
          "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
          "panel_epw": [512, 1024, 2048, 4096],
-         "graph_max_elems": [0, 8388608, 33554432, 67108864]}
+         "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"]}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -40,9 +40,13 @@ if triton is not None:
         return a0 + a1, b0 + b1, tl.maximum(c0, c1)
 
     @triton.jit
-    def _panel_kernel(A, TAU, TW, n, k0, nb, stride_b,
-                      BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr, WRITE_T: tl.constexpr):
+    def _panel_kernel(A, TAU, TW, VB, n, k0, nb, stride_b, stride_vb,
+                      BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr, WRITE_T: tl.constexpr,
+                      WRITE_V: tl.constexpr):
         """Householder QR of rows k0.., columns k0..k0+nb of one matrix, in registers; T too.
+
+        With WRITE_V the reflectors also go to VB as a dense (n - k0) x NBT matrix per matrix (unit
+        diagonal, zeros above), which the cuBLAS trailing update reads.
 
         Per column: one fused block reduction (alpha, sum of squares, max) and one for w = v'P;
         the norm is rescaled by max|x| only when the plain sum of squares could have lost range.
@@ -85,8 +89,10 @@ if triton is not None:
             # w[c] = v' p[:, c]: the update of columns > j, and for c < j the column (V' v) of T
             w = tl.sum(v[:, None] * p, axis=0)
             newc = tl.where(below, v, tl.where(rows == j, tl.where(live, beta, alpha), cj))
-            p = tl.where(cols[None, :] > j, p - (tau * v)[:, None] * w[None, :],
-                         tl.where(sel, newc[:, None], p))
+            # columns > j get the rank-1 update, column j its final values: one FMA and one select
+            # per element (w is zeroed for columns <= j on the short vector, not on the tile)
+            p = p - (tau * v)[:, None] * tl.where(cols > j, w, 0.0)[None, :]
+            p = tl.where(sel, newc[:, None], p)
             taus = tl.where(cols == j, tau, taus)
             if WRITE_T:
                 g = tl.where(cols < j, w, 0.0)
@@ -95,6 +101,9 @@ if triton is not None:
                 t = tl.where(sel, tcol[:, None], t)
         tl.store(ptrs, p, mask=mask)
         tl.store(TAU + b * n + k0 + cols, taus, mask=cols < nb)
+        if WRITE_V:
+            vv = tl.where(rows[:, None] > cols[None, :], p, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
+            tl.store(VB + b * stride_vb + rows[:, None] * NBT + cols[None, :], vv, mask=mask)
         if WRITE_T:
             tbase = TW + b * NBT * NBT
             tl.store(tbase + tr[:, None] * NBT + cols[None, :], t)
@@ -107,10 +116,13 @@ if triton is not None:
     @triton.jit
     def _trail_kernel(A, TW, n, k0, nb, cend, stride_b,
                       NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """C = A[k0:, c0:c0+BN] (columns < cend) of one matrix: C -= V (T' (V' C)), V the panel's reflectors."""
-        b = tl.program_id(0).to(tl.int64)
+        """C = A[k0:, c0:c0+BN] (columns < cend) of one matrix: C -= V (T' (V' C)), V the panel's reflectors.
+
+        Grid (column blocks, matrices): one matrix's blocks are neighbours in launch order, so they
+        run together and read its V from L2 rather than HBM."""
+        b = tl.program_id(1).to(tl.int64)
         base = A + b * stride_b
-        c0 = k0 + nb + tl.program_id(1) * BN
+        c0 = k0 + nb + tl.program_id(0) * BN
         cols = c0 + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
         pc = k0 + kk
@@ -151,12 +163,13 @@ def _warps(elems, per_warp):
     return 1 << (w.bit_length() - 1)
 
 
-def _factor_triton(a, tau, cfg, tw):
+def _factor_triton(a, tau, cfg, tw, vb=None):
+    """The blocked factorization; vb (b x n*NBT) given: trailing updates by cuBLAS GEMMs."""
     b, n, _ = a.shape
     if n <= cfg["small_max"]:
         np2 = max(16, _pow2(n))
-        _panel_kernel[(b,)](a, tau, tau, n, 0, n, n * n, BM=np2, NB=np2, NBT=16, WRITE_T=False,
-                            num_warps=_warps(np2 * np2, cfg["panel_epw"]))
+        _panel_kernel[(b,)](a, tau, tau, tau, n, 0, n, n * n, 0, BM=np2, NB=np2, NBT=16, WRITE_T=False,
+                            WRITE_V=False, num_warps=_warps(np2 * np2, cfg["panel_epw"]))
         return
     nbt = tw.shape[-1]
     k0 = 0
@@ -166,13 +179,29 @@ def _factor_triton(a, tau, cfg, tw):
         nbp = max(1, min(int(cfg["nb"]), cfg["tile_max"] // bm))
         nbp = 1 << (nbp.bit_length() - 1)          # power of two for tl.arange
         nb = min(nbp, m)
-        _panel_kernel[(b,)](a, tau, tw, n, k0, nb, n * n, BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
+        _panel_kernel[(b,)](a, tau, tw, tau if vb is None else vb, n, k0, nb, n * n, 0 if vb is None else vb.stride(0),
+                            BM=bm, NB=nbp, NBT=nbt, WRITE_T=True, WRITE_V=vb is not None,
                             num_warps=_warps(bm * nbp, cfg["panel_epw"]))
-        if k0 + nb < n:
-            grid = (b, triton.cdiv(n - k0 - nb, cfg["bn"]))
+        if k0 + nb < n and vb is not None:
+            v = vb[:, :m * nbt].view(b, m, nbt)[:, :, :nb]
+            c = a[:, k0:, k0 + nb:]
+            w = torch.bmm(v.transpose(1, 2), c)
+            c.baddbmm_(v, torch.bmm(tw[:, :nb, :nb].transpose(1, 2), w), alpha=-1.0)
+        elif k0 + nb < n:
+            grid = (triton.cdiv(n - k0 - nb, cfg["bn"]), b)
             _trail_kernel[grid](a, tw, n, k0, nb, n, n * n, NBT=nbt, BN=cfg["bn"], BK=cfg["bk"],
                                 PREC=cfg["prec"], num_warps=cfg["trail_warps"])
         k0 += nb
+
+
+def _workspaces(a, cfg):
+    """T of a panel, and V as a dense matrix for cuBLAS updates (only in full fp32: with TF32
+    matmuls allowed, the Triton trailing kernel runs instead)."""
+    b, n, _ = a.shape
+    nbt = max(16, cfg["nb"])
+    gemm = cfg["trail"] == "gemm" and torch.get_float32_matmul_precision() == "highest"
+    z = dict(dtype=a.dtype, device=a.device)
+    return torch.zeros(b, nbt, nbt, **z), torch.zeros(b, n * nbt, **z) if gemm else None
 
 
 # ----------------------------------------------------------------------------------- PyTorch
@@ -232,13 +261,12 @@ class _Replay:
         b, n, _ = a.shape
         self.inp = a.clone()
         self.tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
-        nbt = max(16, cfg["nb"])
-        self.tw = torch.zeros(b, nbt, nbt, dtype=a.dtype, device=a.device)
-        _factor_triton(self.inp, self.tau, cfg, self.tw)  # compiles every kernel before capture
+        self.ws = _workspaces(a, cfg)
+        _factor_triton(self.inp, self.tau, cfg, *self.ws)  # compiles every kernel before capture
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            _factor_triton(self.inp, self.tau, cfg, self.tw)
+            _factor_triton(self.inp, self.tau, cfg, *self.ws)
 
     def __call__(self, a):
         self.inp.copy_(a)
@@ -267,7 +295,5 @@ def custom_kernel(data):
             _REPLAYS[key] = _Replay(a, cfg)
         return _REPLAYS[key](a)
     tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
-    nbt = max(16, cfg["nb"])
-    tw = torch.zeros(b, nbt, nbt, dtype=a.dtype, device=a.device) if multi else tau
-    _factor_triton(a, tau, cfg, tw)
+    _factor_triton(a, tau, cfg, *(_workspaces(a, cfg) if multi else (tau,)))
     return a, tau
