@@ -30,7 +30,7 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
 CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "ieee", "bn": 64, "bk": 32,
           "bn_inner": 16, "trail_warps": 4, "panel_epw": 2048, "outer_warps": 8, "split_min": 264,
           "graph_max_elems": 67108864, "trail": "triton",
-          "lookahead_elems": 8388608}
+          "lookahead_elems": 33554432}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
          "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
          "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "panel_epw": [512, 1024, 2048, 4096],

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call on nvidia-h200: `steer bench` of the seed families (quick mode), then a headless
+# `tune` run of the qr task with the four seed families as the beam, stopped by Ctrl-C (SIGINT) when
+# TOTAL seconds from the start are spent; bench table and session record come back in $OUT.
+# Usage (device machine, repo root, wheels in .whl/): bash scripts/h200_tune.sh TOTAL
+set -u
+total=${1:-560}
+start=$SECONDS
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi -L
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+python3 -m agent.cli bench --mode quick --device cuda > "$OUT/bench.txt" 2>&1
+echo "bench rc=$? wall=$((SECONDS - start)) s" >> "$OUT/bench.txt"
+cat "$OUT/bench.txt"
+budget=$((total - (SECONDS - start)))
+timeout -s INT "$budget" python3 -m agent.cli run h200 --headless --max-iterations 200 --gpus 0 \
+    --root /tmp/sess > "$OUT/run.log" 2>&1
+echo "run rc=$?" >> "$OUT/run.log"
+git -C /tmp/sess/h200/repo log --all --format='%h %d %s' > "$OUT/gitlog.txt" 2>/dev/null || true
+cp /tmp/sess/h200/events.jsonl "$OUT/events.jsonl" 2>/dev/null || true
+tar czf "$OUT/session.tgz" -C /tmp/sess h200
+tail -n 30 "$OUT/run.log"
