@@ -73,7 +73,7 @@ def load_candidate(path: Path, name: str | None = None):
 
 # ----------------------------------------------------------------------------------- child
 def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path, overrides: dict | None = None,
-            checks: bool = True, profile: bool = False) -> None:
+            checks: bool = True, profile: bool = False, special_sizes: tuple[int, ...] = (1, 5, 40, 300)) -> None:
     import torch
     import yaml
 
@@ -107,7 +107,7 @@ def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path, o
         for spec in (specs if checks or kind == "benchmarks" else []):
             label = f"{spec['case']} {spec['batch']}x{spec['n']} c{spec['cond']}"
             check(label, ref.generate_input(**spec), kind)
-    for label, a in special_inputs(dev) if checks else []:
+    for label, a in special_inputs(dev, special_sizes) if checks else []:
         check(label, a, "special")
     for n in sizes if checks else []:
         check(f"dense c8 {2 if n < 2048 else 1}x{n}", ref.generate_input(2 if n < 2048 else 1, n, 8, 900 + n), "size")
@@ -172,6 +172,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=400.0, help="seconds per family")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES_GPU)))
+    ap.add_argument("--special-sizes", default="1,5,40,300", help="n of the special matrices")
+    ap.add_argument("--check-variants", action="store_true", help="run every check on the variants too")
     ap.add_argument("--set", default="", help=argparse.SUPPRESS)
     ap.add_argument("--no-checks", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true", help="torch.profiler's top kernels on the dense cases")
@@ -191,7 +193,8 @@ def main() -> int:
                 overrides[key] = val
         tag = args.set.replace("=", "-").replace(",", "_").replace(".", "p")
         run_one(Path(args.one), args.time, sizes, out / f"{Path(args.one).stem}{'_' + tag if tag else ''}.json",
-                overrides, checks=not args.no_checks, profile=args.profile)
+                overrides, checks=not args.no_checks, profile=args.profile,
+                special_sizes=tuple(int(x) for x in args.special_sizes.split(",") if x))
         return 0
 
     runs = [(fam, "") for fam in filter(None, args.families.split(","))]
@@ -199,10 +202,11 @@ def main() -> int:
     recs = []
     for fam, sets in runs:
         path = QR / "candidates" / f"{fam}.py"
-        cmd = [sys.executable, __file__, "--one", str(path), "--out", str(out), "--sizes", args.sizes]
+        cmd = [sys.executable, __file__, "--one", str(path), "--out", str(out), "--sizes", args.sizes,
+               "--special-sizes", args.special_sizes]
         cmd += ["--time"] if args.time else []
         cmd += ["--profile"] if args.profile else []
-        cmd += ["--set", sets, "--no-checks"] if sets else []
+        cmd += (["--set", sets] + ([] if args.check_variants else ["--no-checks"])) if sets else []
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, timeout=args.timeout, capture_output=True, text=True)

@@ -30,13 +30,15 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
 CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "ieee", "bn": 64, "bk": 32,
           "bn_inner": 16, "trail_warps": 4, "panel_epw": 2048, "outer_warps": 8, "split_min": 264,
           "graph_max_elems": 67108864, "trail": "triton",
-          "lookahead_elems": 33554432}
+          "lookahead_elems": 33554432, "tall": "householder", "chol_rel": 1e-12, "chol_orth": 0.1}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
          "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
          "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "panel_epw": [512, 1024, 2048, 4096],
          "outer_warps": [4, 8], "split_min": [0, 132, 264, 528],
          "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
-         "lookahead_elems": [0, 2097152, 8388608, 33554432]}
+         "lookahead_elems": [0, 2097152, 8388608, 33554432], "tall": ["householder", "cholqr"],
+         "chol_rel": [1e-14, 1e-12, 1e-10], "chol_orth": [0.01, 0.1, 0.5]}
+STATS = {"fallback": 0}  # matrices refactored by Householder after a CholeskyQR2 panel rejected them
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -259,6 +261,108 @@ if triton is not None:
             t = tl.where(kk[None, :] == j, tcol[:, None], t)
         tl.store(TW + b * WT * WT + kk[:, None] * WT + kk[None, :], t)
 
+if triton is not None:
+    @triton.jit
+    def _upper_inverse(u, i, w):
+        """The inverse of the upper triangular w x w block of u (a W x W tile), by rows from the bottom."""
+        ui = tl.zeros_like(u)
+        for jj in range(0, w):
+            j = w - 1 - jj
+            row = tl.sum(tl.where(i[:, None] == j, u, 0.0), axis=0)
+            s = tl.sum(row[:, None] * ui, axis=0)  # sum over k > j of U[j, k] U^-1[k, :] (rows <= j still 0)
+            ujj = tl.sum(tl.where(i == j, row, 0.0), axis=0)
+            ui = tl.where(i[:, None] == j, ((tl.where(i == j, 1.0, 0.0) - s) / ujj)[None, :], ui)
+        return ui
+
+    @triton.jit
+    def _chol_kernel(G, R, RI, BAD, w, rel, orth, W: tl.constexpr, CHECK_ORTH: tl.constexpr):
+        """G = R'R (float64, w x w) of one matrix: R and R^-1 out; BAD set when a pivot is not above
+        rel * max(diag G) (or not finite), or with CHECK_ORTH when max |G - I| > orth."""
+        b = tl.program_id(0).to(tl.int64)
+        i = tl.arange(0, W)
+        live = (i[:, None] < w) & (i[None, :] < w)
+        offs = b * w * w + i[:, None] * w + i[None, :]
+        g = tl.load(G + offs, mask=live, other=0.0)
+        diag = tl.where(i[:, None] == i[None, :], g, 0.0)
+        ok = tl.max(tl.sum(diag, axis=1), axis=0) > 0.0
+        if CHECK_ORTH:
+            ok = ok & (tl.max(tl.max(tl.abs(g - tl.where((i[:, None] == i[None, :]) & live, 1.0, 0.0)), axis=1),
+                              axis=0) <= orth)
+        floor = rel * tl.max(tl.sum(diag, axis=1), axis=0)
+        r = tl.zeros_like(g)
+        for j in range(0, w):
+            row = tl.sum(tl.where(i[:, None] == j, g, 0.0), axis=0)
+            piv = tl.sum(tl.where(i == j, row, 0.0), axis=0)
+            good = piv > floor  # false for NaN too
+            ok = ok & good
+            rj = tl.where(i >= j, row / tl.sqrt(tl.where(good, piv, 1.0)), 0.0)
+            r = tl.where(i[:, None] == j, rj[None, :], r)
+            g = g - rj[:, None] * rj[None, :]
+        tl.store(R + offs, r, mask=live)
+        tl.store(RI + offs, _upper_inverse(tl.where(i[:, None] == i[None, :], tl.where(live, r, 1.0), r), i, w),
+                 mask=live)
+        tl.store(BAD + b, 1, mask=~ok)
+
+    @triton.jit
+    def _signed_lu_kernel(Q, LU, UI, D, TAU, stride_qb, n, k0, w, W: tl.constexpr):
+        """Unpivoted LU of Q1 - D (Q1 the top w x w block of this matrix's Q, float64), D_j = -sign of
+        the j-th pivot as it comes (so |pivot| = |q| + 1 >= 1), as LAPACK's orhr_col: L and U in LU,
+        U^-1 in UI, D, and tau_j = -U_jj D_j into TAU (float32, columns k0..)."""
+        b = tl.program_id(0).to(tl.int64)
+        i = tl.arange(0, W)
+        live = (i[:, None] < w) & (i[None, :] < w)
+        x = tl.load(Q + b * stride_qb + i[:, None] * w + i[None, :], mask=live, other=0.0)
+        d = tl.zeros([W], dtype=tl.float64)
+        for j in range(0, w):
+            col = tl.sum(tl.where(i[None, :] == j, x, 0.0), axis=1)
+            ajj = tl.sum(tl.where(i == j, col, 0.0), axis=0)
+            dj = tl.where(ajj >= 0.0, -1.0, 1.0)
+            piv = ajj - dj
+            d = tl.where(i == j, dj, d)
+            x = tl.where((i[:, None] == j) & (i[None, :] == j), piv, x)
+            row = tl.where(i > j, tl.sum(tl.where(i[:, None] == j, x, 0.0), axis=0), 0.0)
+            l = tl.where(i > j, col / piv, 0.0)
+            x = x - l[:, None] * row[None, :]
+            x = tl.where((i[:, None] > j) & (i[None, :] == j), l[:, None], x)
+        offs = b * w * w + i[:, None] * w + i[None, :]
+        tl.store(LU + offs, x, mask=live)
+        u = tl.where(i[:, None] <= i[None, :], x, 0.0)
+        tl.store(UI + offs, _upper_inverse(tl.where(live, u, tl.where(i[:, None] == i[None, :], 1.0, 0.0)), i, w),
+                 mask=live)
+        tl.store(D + b * w + i, d, mask=i < w)
+        udiag = tl.sum(tl.where(i[:, None] == i[None, :], x, 0.0), axis=1)
+        tl.store(TAU + b * n + k0 + i, (-udiag * d).to(tl.float32), mask=i < w)
+
+
+def _cholqr_panel(a, tau, k0, w, cfg, bad):
+    """The outer panel A[k0:, k0:k0+w] by CholeskyQR2 in float64 and Householder reconstruction.
+
+    P = Q R1 (Cholesky of P'P), then Q = Q R2 again; the Householder vectors, tau and R with signs
+    come from the signed LU of Q's top block (orhr_col): Q1 - D = L U gives V1 = L, V2 = Q2 U^-1,
+    tau_j = -U_jj D_j and R_h = D R2 R1. Every step is a batched GEMM or a w-step kernel on w x w
+    tiles, so a panel of 4096 rows costs no 4096-long chain of block reductions. A matrix whose
+    Cholesky meets a tiny pivot, or whose first Q is far from orthonormal (then the second pass
+    would not be accurate), is marked in `bad` and refactored by Householder afterwards.
+    """
+    b, n, _ = a.shape
+    m, W = n - k0, max(16, _pow2(w))
+    q = torch.empty(b, m, w, dtype=torch.float64, device=a.device)
+    q.copy_(a[:, k0:, k0:k0 + w])
+    z = dict(dtype=torch.float64, device=a.device)
+    rs = []
+    for check in (False, True):
+        g = torch.bmm(q.transpose(1, 2), q)
+        r, ri = torch.empty(b, w, w, **z), torch.empty(b, w, w, **z)
+        _chol_kernel[(b,)](g, r, ri, bad, w, cfg["chol_rel"], cfg["chol_orth"], W=W, CHECK_ORTH=check,
+                           num_warps=cfg["outer_warps"])
+        q = torch.bmm(q, ri)
+        rs.append(r)
+    lu, ui, d = torch.empty(b, w, w, **z), torch.empty(b, w, w, **z), torch.empty(b, w, **z)
+    _signed_lu_kernel[(b,)](q, lu, ui, d, tau, q.stride(0), n, k0, w, W=W, num_warps=cfg["outer_warps"])
+    a[:, k0 + w:, k0:k0 + w] = torch.bmm(q[:, w:], ui)
+    a[:, k0:k0 + w, k0:k0 + w] = torch.triu(d.unsqueeze(2) * torch.bmm(rs[1], rs[0])) + torch.tril(lu, -1)
+
+
 def _pow2(x):
     return 1 << max(0, int(x) - 1).bit_length()
 
@@ -318,8 +422,10 @@ def _factor_triton(a, tau, cfg, ws):
         _panel_kernel[(b,)](a, tau, tau, tau, n, 0, n, n * n, 0, 0, 0, BM=np2, NB=np2, NBT=16, WRITE_T=False,
                             WRITE_V=False, num_warps=_warps(np2 * np2, cfg["panel_epw"]))
         return
-    twi, two, gb, wb, vb, twi2 = ws
+    twi, two, gb, wb, vb, twi2, bad = ws
     nbt, wt = twi.shape[-1], two.shape[-1]
+    if bad is not None:
+        bad.zero_()
     gemm = vb is not None
     ldv = vb.shape[-1] // n if gemm else 0
     ahead = not gemm
@@ -356,6 +462,9 @@ def _factor_triton(a, tau, cfg, ws):
         # V of this outer panel, as the dense m x (kend - k0) matrix the GEMMs read
         vo = vb[:, :m * ldv].view(b, m, ldv)[:, :, :kend - k0] if gemm else None
         k1, single = k0, True
+        if bad is not None:  # the whole outer panel by CholeskyQR2 + Householder reconstruction
+            _cholqr_panel(a, tau, k0, kend - k0, cfg, bad)
+            k1, single = kend, False
         while k1 < kend:
             bm, nbp = _inner_width(cfg, n - k1)
             nb1 = min(nbp, kend - k1)
@@ -408,8 +517,28 @@ def _workspaces(a, cfg):
     gemm = _gemm_updates(cfg)
     wb = torch.zeros(b, max(nbt, wt), n, **z) if b < cfg["split_min"] and not gemm else None
     vb = torch.zeros(b, n * max(nbt, wt), **z) if gemm else None
+    bad = torch.zeros(b, dtype=torch.int32, device=a.device) if _tall_cholqr(cfg, n) and not gemm else None
     return (torch.zeros(b, nbt, nbt, **z), torch.zeros(b, wt, wt, **z), torch.zeros(b, wt, wt, **z), wb, vb,
-            torch.zeros(b, nbt, nbt, **z))
+            torch.zeros(b, nbt, nbt, **z), bad)
+
+
+def _tall_cholqr(cfg, n):
+    """Whether the first outer panels (too tall for a register panel nb wide) go through CholeskyQR2."""
+    return cfg["tall"] == "cholqr" and n > cfg["small_max"] and _inner_width(cfg, n)[1] < int(cfg["nb"])
+
+
+def _redo_rejected(orig, h, tau, bad, cfg):
+    """Refactor by Householder (tall panels too) the matrices the CholeskyQR2 panels rejected."""
+    idx = torch.nonzero(bad).flatten()
+    if idx.numel() == 0:
+        return
+    STATS["fallback"] += int(idx.numel())
+    cfg = dict(cfg, tall="householder")
+    sub = orig.index_select(0, idx).contiguous()
+    sub_tau = torch.empty(sub.shape[0], sub.shape[1], dtype=sub.dtype, device=sub.device)
+    _factor_triton(sub, sub_tau, cfg, _workspaces(sub, cfg))
+    h.index_copy_(0, idx, sub)
+    tau.index_copy_(0, idx, sub_tau)
 
 
 # ----------------------------------------------------------------------------------- PyTorch
@@ -467,6 +596,7 @@ class _Replay:
 
     def __init__(self, a, cfg):
         b, n, _ = a.shape
+        self.cfg = cfg
         self.inp = a.clone()
         self.tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
         self.tw = _workspaces(a, cfg)
@@ -479,7 +609,10 @@ class _Replay:
     def __call__(self, a):
         self.inp.copy_(a)
         self.graph.replay()
-        return self.inp.clone(), self.tau.clone()
+        h, tau = self.inp.clone(), self.tau.clone()
+        if self.tw[-1] is not None:  # a is untouched: the rejected matrices start again from it
+            _redo_rejected(a, h, tau, self.tw[-1], self.cfg)
+        return h, tau
 
 
 _REPLAYS = {}
@@ -503,5 +636,9 @@ def custom_kernel(data):
             _REPLAYS[key] = _Replay(a, cfg)
         return _REPLAYS[key](a)
     tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
-    _factor_triton(a, tau, cfg, _workspaces(a, cfg) if multi else None)
+    ws = _workspaces(a, cfg) if multi else None
+    orig = a.clone() if ws is not None and ws[-1] is not None else None
+    _factor_triton(a, tau, cfg, ws)
+    if orig is not None:
+        _redo_rejected(orig, a, tau, ws[-1], cfg)
     return a, tau
