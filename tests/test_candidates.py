@@ -151,6 +151,10 @@ INTERPRETER_RUNS = [
     # with the next panel, some not
     ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 1024, "lookahead_elems": 2000},
      [5, 40], [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
+    # tall panels by CholeskyQR2 + reconstruction: the special matrices (zero, duplicate columns,
+    # 1e-30 / 1e30 entries...) are rejected or pass, never wrong
+    ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16, "tall": "cholqr",
+                    "chol_rows": 0}, [24], []),
     # cuBLAS trailing updates (V written as a dense matrix by the panel kernel)
     ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 256, "trail": "gemm"}, [5, 24],
      [{"batch": 3, "n": 37, "cond": 0, "seed": 2, "case": "rankdef"}]),
@@ -170,6 +174,42 @@ def test_triton_kernels_under_the_interpreter():
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [d[0] for d in done] == [r[0] for r in INTERPRETER_RUNS] and all(d[1] >= 2 for d in done)
+
+
+# superpanel's tall outer panels by CholeskyQR2 + Householder reconstruction: well-conditioned
+# matrices stay on that path, clustered ones are rejected per matrix and refactored by Householder.
+TALL = r"""
+import json, sys, importlib.util
+sys.path[:0] = [sys.argv[1]]
+import reference
+spec = importlib.util.spec_from_file_location("sp", sys.argv[2])
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+mod.CONFIG.update(json.loads(sys.argv[3]))
+out = {}
+for case, cond, n, b in [("dense", 1, 48, 3), ("dense", 8, 70, 2), ("clustered", 0, 48, 2), ("rankdef", 0, 48, 2)]:
+    a = reference.generate_input(batch=b, n=n, cond=cond, seed=7, case=case)
+    mod.STATS["fallback"] = 0
+    ok, msg = reference.check_implementation(a, mod.custom_kernel(a.clone()))
+    assert ok, f"{case} {n}: {msg}"
+    out[f"{case} {n}"] = mod.STATS["fallback"]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chol_rows", [0, 40])
+def test_superpanel_cholqr_tall_panels_under_the_interpreter(chol_rows):
+    pytest.importorskip("triton")
+    cfg = {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16, "tall": "cholqr",
+           "chol_rows": chol_rows}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", TALL, str(QR), str(CANDIDATES / "superpanel.py"), json.dumps(cfg)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fallback = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert fallback["dense 48"] == 0 and fallback["dense 70"] == 0
+    if chol_rows == 0:  # every tall panel of the clustered matrices went through CholeskyQR2 first
+        assert fallback["clustered 48"] == 2
 
 
 @pytest.mark.slow
