@@ -31,7 +31,7 @@ CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "iee
           "bn_inner": 16, "trail_warps": 4, "panel_epw": 2048, "outer_warps": 8, "split_min": 264,
           "graph_max_elems": 67108864, "trail": "triton",
           "lookahead_elems": 33554432, "tall": "householder", "chol_rel": 1e-12, "chol_orth": 0.1,
-          "chol_rows": 1024, "chol_warps": 4}
+          "chol_rows": 1024, "chol_warps": 8}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
          "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
          "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "panel_epw": [512, 1024, 2048, 4096],
@@ -265,56 +265,56 @@ if triton is not None:
 
 if triton is not None:
     @triton.jit
-    def _inverse_column(xi, ucol, ujj, i, j):
-        """Column j of U^-1 from its columns < j (in xi) and column j of U (ucol, rows < j; ujj = U_jj):
-        U^-1[:j, j] = -U^-1[:j, :j] U[:j, j] / U_jj, U^-1[j, j] = 1 / U_jj."""
-        x = tl.sum(xi * tl.where(i < j, ucol, 0.0)[None, :], axis=1)
-        return tl.where(i[None, :] == j, tl.where(i < j, -x / ujj, tl.where(i == j, 1.0 / ujj, 0.0))[:, None], xi)
+    def _upper_inverse(u, i, w):
+        """The inverse of the upper triangular w x w block of u (a W x W tile), by rows from the bottom."""
+        ui = tl.zeros_like(u)
+        for jj in range(0, w):
+            j = w - 1 - jj
+            row = tl.sum(tl.where(i[:, None] == j, u, 0.0), axis=0)
+            s = tl.sum(row[:, None] * ui, axis=0)  # sum over k > j of U[j, k] U^-1[k, :] (rows <= j still 0)
+            ujj = tl.sum(tl.where(i == j, row, 0.0), axis=0)
+            ui = tl.where(i[:, None] == j, ((tl.where(i == j, 1.0, 0.0) - s) / ujj)[None, :], ui)
+        return ui
 
     @triton.jit
     def _chol_kernel(G, R, RI, BAD, w, rel, orth, W: tl.constexpr, CHECK_ORTH: tl.constexpr):
-        """G = R'R (float64, w x w) of one matrix: R and R^-1 (built column by column in the same
-        loop) out; BAD set when a pivot is not above rel * max(diag G) (or not finite), or with
-        CHECK_ORTH when max |G - I| > orth."""
+        """G = R'R (float64, w x w) of one matrix: R and R^-1 out; BAD set when a pivot is not above
+        rel * max(diag G) (or not finite), or with CHECK_ORTH when max |G - I| > orth."""
         b = tl.program_id(0).to(tl.int64)
         i = tl.arange(0, W)
         live = (i[:, None] < w) & (i[None, :] < w)
         offs = b * w * w + i[:, None] * w + i[None, :]
         g = tl.load(G + offs, mask=live, other=0.0)
-        gmax = tl.max(tl.sum(tl.where(i[:, None] == i[None, :], g, 0.0), axis=1), axis=0)
-        ok = gmax > 0.0
+        diag = tl.where(i[:, None] == i[None, :], g, 0.0)
+        ok = tl.max(tl.sum(diag, axis=1), axis=0) > 0.0
         if CHECK_ORTH:
             ok = ok & (tl.max(tl.max(tl.abs(g - tl.where((i[:, None] == i[None, :]) & live, 1.0, 0.0)), axis=1),
                               axis=0) <= orth)
-        floor = rel * gmax
+        floor = rel * tl.max(tl.sum(diag, axis=1), axis=0)
         r = tl.zeros_like(g)
-        ri = tl.zeros_like(g)
         for j in range(0, w):
             row = tl.sum(tl.where(i[:, None] == j, g, 0.0), axis=0)
             piv = tl.sum(tl.where(i == j, row, 0.0), axis=0)
             good = piv > floor  # false for NaN too
             ok = ok & good
-            sq = tl.sqrt(tl.where(good, piv, 1.0))
-            rj = tl.where(i >= j, row / sq, 0.0)
+            rj = tl.where(i >= j, row / tl.sqrt(tl.where(good, piv, 1.0)), 0.0)
             r = tl.where(i[:, None] == j, rj[None, :], r)
             g = g - rj[:, None] * rj[None, :]
-            rcol = tl.sum(tl.where(i[None, :] == j, r, 0.0), axis=1)
-            ri = _inverse_column(ri, rcol, tl.where(good, sq, piv), i, j)
         tl.store(R + offs, r, mask=live)
-        tl.store(RI + offs, ri, mask=live)
+        tl.store(RI + offs, _upper_inverse(tl.where(i[:, None] == i[None, :], tl.where(live, r, 1.0), r), i, w),
+                 mask=live)
         tl.store(BAD + b, 1, mask=~ok)
 
     @triton.jit
     def _signed_lu_kernel(Q, LU, UI, D, TAU, stride_qb, n, k0, w, W: tl.constexpr):
         """Unpivoted LU of Q1 - D (Q1 the top w x w block of this matrix's Q, float64), D_j = -sign of
         the j-th pivot as it comes (so |pivot| = |q| + 1 >= 1), as LAPACK's orhr_col: L and U in LU,
-        U^-1 (built in the same loop) in UI, D, and tau_j = -U_jj D_j into TAU (float32, columns k0..)."""
+        U^-1 in UI, D, and tau_j = -U_jj D_j into TAU (float32, columns k0..)."""
         b = tl.program_id(0).to(tl.int64)
         i = tl.arange(0, W)
         live = (i[:, None] < w) & (i[None, :] < w)
         x = tl.load(Q + b * stride_qb + i[:, None] * w + i[None, :], mask=live, other=0.0)
         d = tl.zeros([W], dtype=tl.float64)
-        ui = tl.zeros_like(x)
         for j in range(0, w):
             col = tl.sum(tl.where(i[None, :] == j, x, 0.0), axis=1)
             ajj = tl.sum(tl.where(i == j, col, 0.0), axis=0)
@@ -326,10 +326,11 @@ if triton is not None:
             l = tl.where(i > j, col / piv, 0.0)
             x = x - l[:, None] * row[None, :]
             x = tl.where((i[:, None] > j) & (i[None, :] == j), l[:, None], x)
-            ui = _inverse_column(ui, col, piv, i, j)  # rows < j of col are U's, final
         offs = b * w * w + i[:, None] * w + i[None, :]
         tl.store(LU + offs, x, mask=live)
-        tl.store(UI + offs, ui, mask=live)
+        u = tl.where(i[:, None] <= i[None, :], x, 0.0)
+        tl.store(UI + offs, _upper_inverse(tl.where(live, u, tl.where(i[:, None] == i[None, :], 1.0, 0.0)), i, w),
+                 mask=live)
         tl.store(D + b * w + i, d, mask=i < w)
         udiag = tl.sum(tl.where(i[:, None] == i[None, :], x, 0.0), axis=1)
         tl.store(TAU + b * n + k0 + i, (-udiag * d).to(tl.float32), mask=i < w)
