@@ -2,18 +2,24 @@
 
 Where a panel of nb columns fits in registers (n - k0 <= tile_max / nb rows), it is factored by
 one program per matrix (as in wy_triton: fused block reductions per column, T written by the
-same kernel) and applied to the trailing matrix at once. Where it does not (the first half of
-n = 2048 and 4096), an outer panel of nbo columns is factored as narrow register panels that
-update only the rest of the outer panel, then a Gram kernel (V'V, tl.dot) and a larft kernel
-build the outer T and one wide update C -= V (T' (V' C)) follows. When matrices x column blocks
-are too few to fill the GPU (batch 2 to 60), the updates split the rows across programs and add
-V'C with atomics. Small n (<= small_max) is factored on chip in one launch; launch-bound shapes
-replay a CUDA graph.
+same kernel). Steps whose trailing update is small (<= lookahead_elems) run with look-ahead: one
+launch updates the next panel's columns and factors them while the other programs update the
+rest. Where a register panel does not fit (the first half of n = 2048 and 4096), an outer panel
+of nbo columns is factored as narrow register panels that update only the rest of the outer
+panel, then a Gram kernel (V'V, tl.dot) and a larft kernel build the outer T and one wide update
+C -= V (T' (V' C)) follows. With tall="cholqr" those outer panels are factored instead by
+CholeskyQR2 in float64 with Householder reconstruction (orhr_col), and a matrix it rejects is
+refactored by Householder. When matrices x column blocks are too few to fill the GPU (batch 2 to
+60), the updates split the rows across programs and add V'C with atomics. Small n (<= small_max)
+is factored on chip in one launch; launch-bound shapes replay a CUDA graph. trail="gemm" makes
+the updates cuBLAS GEMMs (fp32; measured no faster than the Triton kernel).
 
-Where the time goes (H200 profile, dense cases): the trailing update (tl.dot, fp32 FMA; 3xTF32
-measured slower) is ~60% at 640x512 and 60x1024; the register panels' column loop (one pair of
-block reductions per column, n in sequence per matrix) is the critical path at 176-352 and
-dominates 2x4096 (8-column panels of 4096 rows, 4096 steps); larft's recurrence costs ~10%.
+Where the time goes (H200 profile, dense cases): at 640x512 the trailing update ~5 ms (tl.dot,
+fp32 FMA, ~2 TB/s effective; 3xTF32 measured slower) and the register panels ~3 ms (instruction-
+bound: ~5 elementwise ops per tile element per column); at 176-352 the panels' column loop (the
+critical path; look-ahead hides the updates behind it); at 2x4096 the 8-column panels of 4096
+rows (30 ms of 50: one program per matrix, 4096 steps in sequence), which the CholeskyQR2 panels
+replace by w-step kernels on w x w tiles (27 ms of them: ~1.3 us a step in float64).
 On a CPU tensor it runs the same blocked algorithm in PyTorch, or the Triton kernels when
 TRITON_INTERPRET=1.
 """

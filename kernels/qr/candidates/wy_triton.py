@@ -3,8 +3,10 @@
 One program per matrix factors a panel of nb columns held in registers: column extraction,
 scaled norm, reflector, its application to the rest of the panel and the column of T come from
 one pass of block reductions per column, and T is written by the same kernel. The trailing
-matrix is updated by a second kernel (grid: matrix x column block), C -= V (T' (V' C)), with
-tl.dot in plain fp32 FMA ("ieee"; 3xTF32 "tf32x3" measured slower on the H200). Small n (<= small_max)
+matrix is updated by a second kernel (grid: column block x matrix), C -= V (T' (V' C)), with
+tl.dot in plain fp32 FMA ("ieee"; 3xTF32 "tf32x3" measured slower on the H200), or with
+trail="gemm" by three cuBLAS batched GEMMs in full fp32 on V written densely by the panel kernel
+(what the H200 tune run kept: 1.3% faster). Small n (<= small_max)
 is factored entirely on chip in one launch. Launch-bound shapes replay a CUDA graph.
 
 Where the time goes: the panel kernel's column loop (latency: ~n sequential block reductions
