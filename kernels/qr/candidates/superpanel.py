@@ -46,7 +46,9 @@ SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 327
          "lookahead_elems": [0, 2097152, 8388608, 33554432], "tall": ["householder", "cholqr"],
          "chol_rel": [1e-14, 1e-12, 1e-10], "chol_orth": [0.01, 0.1, 0.5], "chol_rows": [1024, 2048, 3072],
          "chol_warps": [2, 4, 8]}
-STATS = {"fallback": 0}  # matrices refactored by Householder after a CholeskyQR2 panel rejected them
+# host-side counts: CholeskyQR2 outer panels launched (a captured graph counts once), and matrices
+# refactored by Householder after a CholeskyQR2 panel rejected them
+STATS = {"cholqr_panels": 0, "fallback": 0}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -150,21 +152,36 @@ if triton is not None:
         base = A + b * stride_b
         cols = c0 + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
+        w = _vtc_rows(base, n, k0, nb, cols, cend, k0, n, NBT, BN, BK, PREC)
+        tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
+        _sub_vw_rows(base, n, k0, nb, cols, cend, k0, n, tl.dot(tl.trans(tt), w, input_precision="ieee"), NBT, BK, PREC)
+
+    @triton.jit
+    def _vtc_rows(base, n, k0, nb, cols, cend, r_beg, r_end,
+                  NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """V' C over rows r_beg..r_end of one matrix (V: the reflectors of columns k0..k0+nb)."""
+        kk = tl.arange(0, NBT)
         pc = k0 + kk
         w = tl.zeros([NBT, BN], dtype=tl.float32)
-        for r0 in range(k0, n, BK):
+        for r0 in range(r_beg, r_end, BK):
             rows = r0 + tl.arange(0, BK)
-            v = _load_v(base, rows, n, n, pc, kk, nb)
-            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=(rows < n)[:, None] & (cols < cend)[None, :],
+            v = _load_v(base, rows, r_end, n, pc, kk, nb)
+            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=(rows < r_end)[:, None] & (cols < cend)[None, :],
                         other=0.0)
             w = tl.dot(tl.trans(v), c, w, input_precision=PREC)
-        tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
-        w = tl.dot(tl.trans(tt), w, input_precision="ieee")
-        for r0 in range(k0, n, BK):
+        return w
+
+    @triton.jit
+    def _sub_vw_rows(base, n, k0, nb, cols, cend, r_beg, r_end, w,
+                     NBT: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """C -= V w over rows r_beg..r_end of one matrix."""
+        kk = tl.arange(0, NBT)
+        pc = k0 + kk
+        for r0 in range(r_beg, r_end, BK):
             rows = r0 + tl.arange(0, BK)
-            v = _load_v(base, rows, n, n, pc, kk, nb)
+            v = _load_v(base, rows, r_end, n, pc, kk, nb)
             cp = base + rows[:, None] * n + cols[None, :]
-            cm = (rows < n)[:, None] & (cols < cend)[None, :]
+            cm = (rows < r_end)[:, None] & (cols < cend)[None, :]
             c = tl.load(cp, mask=cm, other=0.0)
             tl.store(cp, c - tl.dot(v, w, input_precision=PREC), mask=cm)
 
@@ -200,19 +217,10 @@ if triton is not None:
                     NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
         """Row-split W = V' C: this program's rows k0 + pid2*rb .. +rb, added into WB with atomics."""
         b = tl.program_id(0).to(tl.int64)
-        base = A + b * stride_b
         cols = c0 + tl.program_id(1) * BN + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
-        pc = k0 + kk
         r_beg = k0 + tl.program_id(2) * rb
-        r_end = tl.minimum(n, r_beg + rb)
-        w = tl.zeros([NBT, BN], dtype=tl.float32)
-        for r0 in range(r_beg, r_end, BK):
-            rows = r0 + tl.arange(0, BK)
-            v = _load_v(base, rows, r_end, n, pc, kk, nb)
-            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=(rows < r_end)[:, None] & (cols < cend)[None, :],
-                        other=0.0)
-            w = tl.dot(tl.trans(v), c, w, input_precision=PREC)
+        w = _vtc_rows(A + b * stride_b, n, k0, nb, cols, cend, r_beg, tl.minimum(n, r_beg + rb), NBT, BN, BK, PREC)
         tl.atomic_add(WB + b * stride_wb + kk[:, None] * n + (cols - c0)[None, :], w, mask=(cols < cend)[None, :])
 
     @triton.jit
@@ -220,22 +228,13 @@ if triton is not None:
                     NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
         """Row-split C -= V (T' W) for this program's rows, W = V' C summed by _vtc_kernel."""
         b = tl.program_id(0).to(tl.int64)
-        base = A + b * stride_b
         cols = c0 + tl.program_id(1) * BN + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
-        pc = k0 + kk
         w = tl.load(WB + b * stride_wb + kk[:, None] * n + (cols - c0)[None, :], mask=(cols < cend)[None, :], other=0.0)
         tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
-        w = tl.dot(tl.trans(tt), w, input_precision="ieee")
         r_beg = k0 + tl.program_id(2) * rb
-        r_end = tl.minimum(n, r_beg + rb)
-        for r0 in range(r_beg, r_end, BK):
-            rows = r0 + tl.arange(0, BK)
-            v = _load_v(base, rows, r_end, n, pc, kk, nb)
-            cp = base + rows[:, None] * n + cols[None, :]
-            cm = (rows < r_end)[:, None] & (cols < cend)[None, :]
-            c = tl.load(cp, mask=cm, other=0.0)
-            tl.store(cp, c - tl.dot(v, w, input_precision=PREC), mask=cm)
+        _sub_vw_rows(A + b * stride_b, n, k0, nb, cols, cend, r_beg, tl.minimum(n, r_beg + rb),
+                     tl.dot(tl.trans(tt), w, input_precision="ieee"), NBT, BK, PREC)
 
     @triton.jit
     def _gram_kernel(A, GB, n, k0, w, rb, stride_b, WT: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
@@ -353,6 +352,7 @@ def _cholqr_panel(a, tau, k0, w, cfg, bad):
     would not be accurate), is marked in `bad` and refactored by Householder afterwards.
     """
     b, n, _ = a.shape
+    STATS["cholqr_panels"] += 1
     m, W = n - k0, max(16, _pow2(w))
     q = torch.empty(b, m, w, dtype=torch.float64, device=a.device)
     q.copy_(a[:, k0:, k0:k0 + w])
