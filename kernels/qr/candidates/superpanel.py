@@ -16,10 +16,11 @@ the updates cuBLAS GEMMs (fp32; measured no faster than the Triton kernel).
 
 Where the time goes (H200 profile, dense cases): at 640x512 the trailing update ~5 ms (tl.dot,
 fp32 FMA, ~2 TB/s derived from the bytes it must move; 3xTF32 measured slower) and the register
-panels ~3 ms (many elementwise ops per tile element per column, ~5 counted in the code); at 176-352 the panels' column loop (the
-critical path; look-ahead hides the updates behind it); at 2x4096 the 8-column panels of 4096
-rows (30 ms of 50: one program per matrix, 4096 steps in sequence), which the CholeskyQR2 panels
-replace by w-step kernels on w x w tiles (27 ms of them: ~1.3 us a step in float64, kernel time / steps).
+panels ~3 ms (~5 elementwise ops per tile element per column, counted in the code); at 176-352
+the panels' column loop (the critical path; look-ahead hides the updates behind it); at 2x4096
+the 8-column panels of 4096 rows (30 ms of 50: one program per matrix, 4096 steps in sequence),
+which the CholeskyQR2 panels replace by w-step kernels on w x w tiles (27 ms of them: ~1.3 us a
+step in float64, kernel time over steps).
 On a CPU tensor it runs the same blocked algorithm in PyTorch, or the Triton kernels when
 TRITON_INTERPRET=1.
 """
