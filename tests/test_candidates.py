@@ -140,16 +140,20 @@ INTERPRETER_RUNS = [
     ("wy_triton", {"small_max": 64}, [1, 12], [{"batch": 4, "n": 48, "cond": 2, "seed": 1, "case": "mixed"}]),
     ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 256}, [5, 24],
      [{"batch": 3, "n": 37, "cond": 0, "seed": 2, "case": "rankdef"}]),
-    # 24-48 rows: 8-column register panels inside 32-column outer panels (Gram + larft); <= 16 rows: one level
+    # tall (> 16 rows) 32-column outer panels by grid panels (default tall="grid"; one program per
+    # matrix here); <= 16 rows: one level
     ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16,
                     "split_min": 100000}, [5, 24], [{"batch": 3, "n": 48, "cond": 2, "seed": 3, "case": "mixed"}]),
+    # tall outer panels the householder way (narrow register panels, Gram + larft), row-split updates
     ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16,
-                    "split_min": 0}, [], [{"batch": 2, "n": 40, "cond": 0, "seed": 4, "case": "nearcollinear"},
+                    "split_min": 0, "tall": "householder"}, [5, 24],
+     [{"batch": 2, "n": 40, "cond": 0, "seed": 4, "case": "nearcollinear"},
                                           {"batch": 2, "n": 40, "cond": 0, "seed": 5, "case": "clustered"}]),
     ("cholqr", {"thr": -1.0, "hh_small_max": 0, "hh_nb": 16, "hh_tile_max": 256}, [5, 24], []),
     # look-ahead: two-level panels first, then one-level steps, some fused (small trailing update)
     # with the next panel, some not
-    ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 1024, "lookahead_elems": 2000},
+    ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 1024, "lookahead_elems": 2000,
+                    "grid_rows": 128},
      [5, 40], [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
     # tall panels by CholeskyQR2 + reconstruction: the special matrices (zero, duplicate columns,
     # 1e-30 / 1e30 entries...) are rejected or pass, never wrong
@@ -176,8 +180,8 @@ def test_triton_kernels_under_the_interpreter():
     assert [d[0] for d in done] == [r[0] for r in INTERPRETER_RUNS] and all(d[1] >= 2 for d in done)
 
 
-# superpanel's tall outer panels by CholeskyQR2 + Householder reconstruction: well-conditioned
-# matrices stay on that path, clustered ones are rejected per matrix and refactored by Householder.
+# superpanel's tall outer panels (tall="cholqr" or "grid") on a few cases under the interpreter:
+# every result is checked, and the STATS counters per case come back as JSON.
 TALL = r"""
 import json, sys, importlib.util
 sys.path[:0] = [sys.argv[1]]
@@ -186,9 +190,11 @@ spec = importlib.util.spec_from_file_location("sp", sys.argv[2])
 mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
 mod.CONFIG.update(json.loads(sys.argv[3]))
 out = {}
-for case, cond, n, b in [("dense", 1, 48, 3), ("dense", 8, 70, 2), ("clustered", 0, 48, 2), ("rankdef", 0, 48, 2)]:
-    a = reference.generate_input(batch=b, n=n, cond=cond, seed=7, case=case)
-    mod.STATS.update(cholqr_panels=0, fallback=0)
+for case, cond, n, b in [("dense", 1, 48, 3), ("dense", 8, 70, 2), ("clustered", 0, 48, 2), ("rankdef", 0, 48, 2),
+                         ("tiny", 1, 48, 2)]:
+    a = reference.generate_input(batch=b, n=n, cond=cond, seed=7, case="dense" if case == "tiny" else case)
+    a = a * 1e-30 if case == "tiny" else a
+    mod.STATS.update({k: 0 for k in mod.STATS})
     ok, msg = reference.check_implementation(a, mod.custom_kernel(a.clone()))
     assert ok, f"{case} {n}: {msg}"
     out[f"{case} {n}"] = dict(mod.STATS)
@@ -196,25 +202,53 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("chol_rows", [0, 40])
-def test_superpanel_cholqr_tall_panels_under_the_interpreter(chol_rows):
-    pytest.importorskip("triton")
-    cfg = {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16, "tall": "cholqr",
-           "chol_rows": chol_rows}
+def _run_tall(cfg):
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", TALL, str(QR), str(CANDIDATES / "superpanel.py"), json.dumps(cfg)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# By CholeskyQR2 + Householder reconstruction: well-conditioned matrices stay on that path,
+# clustered ones are rejected per matrix and refactored by Householder.
+@pytest.mark.slow
+@pytest.mark.parametrize("chol_rows", [0, 40])
+def test_superpanel_cholqr_tall_panels_under_the_interpreter(chol_rows):
+    pytest.importorskip("triton")
+    stats = _run_tall({**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16,
+                       "tall": "cholqr", "chol_rows": chol_rows})
     # tile_max 256 fits a 16-column register panel only up to 16 rows: the two-level (tall) outer
     # panels of 32 columns are k0 = 0 at n = 48 (48 rows) and k0 = 0, 32 at n = 70 (70 and 38 rows);
     # chol_rows = 40 keeps only those with more than 40 rows
     panels = {"dense 48": 1, "dense 70": 2} if chol_rows == 0 else {"dense 48": 1, "dense 70": 1}
     for case, want in panels.items():
-        assert stats[case] == {"cholqr_panels": want, "fallback": 0}, (case, stats[case])
+        assert stats[case] == {"cholqr_panels": want, "grid_panels": 0, "fallback": 0}, (case, stats[case])
     if chol_rows == 0:  # the clustered matrices went through CholeskyQR2 first, then were rejected
         assert stats["clustered 48"]["fallback"] == 2 and stats["clustered 48"]["cholqr_panels"] > 0
+
+
+# superpanel's tall outer panels by grid panels (all of a matrix's programs at once, a grid barrier
+# per column). The interpreter runs programs one after another, so two programs of a matrix can
+# never meet at a barrier there: they must not wait, and the matrix must go to the Householder
+# redo, never hang or come out wrong (16-row programs). With one program per matrix (128 rows) the
+# grid panel itself runs and must be right.
+@pytest.mark.slow
+@pytest.mark.parametrize("grid_rows", [128, 16])
+def test_superpanel_grid_panels_under_the_interpreter(grid_rows):
+    pytest.importorskip("triton")
+    stats = _run_tall({**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16,
+                       "tall": "grid", "grid_rows": grid_rows})
+    panels = {"dense 48": 1, "dense 70": 2, "clustered 48": 1, "rankdef 48": 1, "tiny 48": 1}
+    batch = {"dense 48": 3, "dense 70": 2, "clustered 48": 2, "rankdef 48": 2, "tiny 48": 2}
+    for case, want in panels.items():
+        assert stats[case]["grid_panels"] == want and stats[case]["cholqr_panels"] == 0, (case, stats[case])
+        if grid_rows == 16:  # 48 and 70 rows over 16-row programs: no barrier can be met
+            assert stats[case]["fallback"] == batch[case], (case, stats[case])
+    if grid_rows == 128:
+        # a float32 sum of squares of 1e-30 entries underflows: those matrices are redone
+        assert stats["tiny 48"]["fallback"] == 2
+        assert all(stats[c]["fallback"] == 0 for c in ("dense 48", "dense 70", "clustered 48")), stats
 
 
 @pytest.mark.slow

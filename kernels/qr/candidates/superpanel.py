@@ -5,22 +5,23 @@ one program per matrix (as in wy_triton: fused block reductions per column, T wr
 same kernel). Steps whose trailing update is small (<= lookahead_elems) run with look-ahead: one
 launch updates the next panel's columns and factors them while the other programs update the
 rest. Where a register panel does not fit (the first half of n = 2048 and 4096), an outer panel
-of nbo columns is factored as narrow register panels that update only the rest of the outer
-panel, then a Gram kernel (V'V, tl.dot) and a larft kernel build the outer T and one wide update
-C -= V (T' (V' C)) follows. With tall="cholqr" those outer panels are factored instead by
-CholeskyQR2 in float64 with Householder reconstruction (orhr_col), and a matrix it rejects is
-refactored by Householder. When matrices x column blocks are too few to fill the GPU (batch 2 to
-60), the updates split the rows across programs and add V'C with atomics. Small n (<= small_max)
-is factored on chip in one launch; launch-bound shapes replay a CUDA graph. trail="gemm" makes
-the updates cuBLAS GEMMs (fp32; measured no faster than the Triton kernel).
+of nbo columns is factored by a grid panel (tall="grid"): all of a matrix's programs at once,
+grid_rows rows each, meeting at a grid barrier once per column, one more program building T as
+they go; then one wide update C -= V (T' (V' C)) follows. tall="householder" factors those outer panels
+as narrow register panels that update only the rest of the outer panel (then a Gram kernel);
+tall="cholqr" by CholeskyQR2 in float64 with Householder reconstruction (orhr_col). A matrix a
+grid or CholeskyQR2 panel rejects is refactored by Householder. When matrices x column blocks are
+too few to fill the GPU (batch 2 to 60), the updates split the rows across programs and add V'C
+with atomics. Small n (<= small_max) is factored on chip in one launch; launch-bound shapes
+replay a CUDA graph. trail="gemm" makes the updates cuBLAS GEMMs (fp32; measured no faster than
+the Triton kernel; tall panels then go the householder way).
 
 Where the time goes (H200 profile, dense cases): at 640x512 the trailing update ~5 ms (tl.dot,
 fp32 FMA, ~2 TB/s derived from the bytes it must move; 3xTF32 measured slower) and the register
 panels ~3 ms (~5 elementwise ops per tile element per column, counted in the code); at 176-352
 the panels' column loop (the critical path; look-ahead hides the updates behind it); at 2x4096
-the 8-column panels of 4096 rows (30 ms of 50: one program per matrix, 4096 steps in sequence),
-which the CholeskyQR2 panels replace by w-step kernels on w x w tiles (27 ms of them: ~1.3 us a
-step in float64, kernel time over steps).
+the grid panels (8.9 ms of 25.5: ~2.9 us a column, kernel time over columns, against 30 ms for
+one program per matrix), the outer updates (9.7 ms) and the last 1024 columns' steps (3.4 ms).
 On a CPU tensor it runs the same blocked algorithm in PyTorch, or the Triton kernels when
 TRITON_INTERPRET=1.
 """
@@ -37,19 +38,21 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
 CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "ieee", "bn": 64, "bk": 32,
           "bn_inner": 16, "trail_warps": 4, "panel_epw": 2048, "outer_warps": 8, "split_min": 264,
           "graph_max_elems": 67108864, "trail": "triton",
-          "lookahead_elems": 33554432, "tall": "householder", "chol_rel": 1e-12, "chol_orth": 0.1,
-          "chol_rows": 1024, "chol_warps": 8}
+          "lookahead_elems": 33554432, "tall": "grid", "chol_rel": 1e-12, "chol_orth": 0.1,
+          "chol_rows": 1024, "chol_warps": 8,
+          "grid_rows": 64, "grid_spin": 4194304}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
          "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
          "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "panel_epw": [512, 1024, 2048, 4096],
          "outer_warps": [4, 8], "split_min": [0, 132, 264, 528],
          "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
-         "lookahead_elems": [0, 2097152, 8388608, 33554432], "tall": ["householder", "cholqr"],
+         "lookahead_elems": [0, 2097152, 8388608, 33554432], "tall": ["householder", "cholqr", "grid"],
          "chol_rel": [1e-14, 1e-12, 1e-10], "chol_orth": [0.01, 0.1, 0.5], "chol_rows": [1024, 2048, 3072],
-         "chol_warps": [2, 4, 8]}
-# host-side counts: CholeskyQR2 outer panels launched (a captured graph counts once), and matrices
-# refactored by Householder after a CholeskyQR2 panel rejected them
-STATS = {"cholqr_panels": 0, "fallback": 0}
+         "chol_warps": [2, 4, 8], "grid_rows": [32, 64, 128, 256],
+         "grid_spin": [1048576, 4194304]}
+# host-side counts: CholeskyQR2 and grid outer panels launched (a captured graph counts once), and
+# matrices refactored by Householder after such a panel rejected them (or its barrier timed out)
+STATS = {"cholqr_panels": 0, "grid_panels": 0, "fallback": 0}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -342,6 +345,105 @@ if triton is not None:
         tl.store(TAU + b * n + k0 + i, (-udiag * d).to(tl.float32), mask=i < w)
 
 
+    @triton.jit
+    def _grid_column(z, q, cols, j):
+        """From column j's sums (z = x'P below the diagonal, q = P's row j; float64): tau, v'P,
+        1 / (alpha - beta), the new diagonal entry, and ||x||^2."""
+        ssq = tl.sum(tl.where(cols == j, z, 0.0), axis=0)
+        alpha = tl.sum(tl.where(cols == j, q, 0.0), axis=0)
+        live = ssq > 0.0
+        nrm = tl.sqrt(alpha * alpha + ssq)
+        bs = tl.where(alpha >= 0.0, -nrm, nrm)
+        dn = tl.where(live, alpha - bs, 1.0)
+        tau = tl.where(live, (bs - alpha) / tl.where(live, bs, 1.0), 0.0).to(tl.float32)
+        w = (z / dn + q).to(tl.float32)  # v'P: v is x / dn below j and 1 at j
+        return tau, w, (1.0 / dn).to(tl.float32), tl.where(live, bs, alpha).to(tl.float32), ssq
+
+    @triton.jit
+    def _grid_panel_kernel(A, TAU, TW, ACC, CNT, BAD, n, k0, nb, nprog, stride_b, spin_max,
+                           R: tl.constexpr, NB: tl.constexpr):
+        """Householder QR of the tall panel A[k0:, k0:k0+nb] of matrix b by nprog programs at once.
+
+        Program (b, i < nprog) holds rows i*R..(i+1)*R of the panel in registers. Per column j it
+        adds its part of z = x'P (x: column j below the diagonal; float32 products and sums over
+        its rows) into ACC in float64, the owner of row j stores P's row j beside it, and the
+        matrix's programs meet at a grid barrier (a counter in CNT). Then each has v'P = z /
+        (alpha - beta) + P[j] and updates its own rows: one barrier per column, where one program
+        per matrix would run the whole chain on one SM. Program (b, nprog) never arrives at the
+        barrier: it follows the counter and builds T from the same sums (T[:j, j] = -tau_j T V'v_j,
+        V'v_j = v'P for the columns < j), so the others never wait for T.
+
+        A matrix goes to BAD, to be refactored by Householder, when a float32 part could have lost
+        range (z not finite, or a nonzero column whose sum of squares is below 1e-30: then its
+        entries are under ~1e-15 and their squares may have underflowed), or when a program has
+        polled the barrier spin_max times in all and stopped waiting. The barrier needs every
+        program of the matrix resident at once (the host sizes the launch to fit, _grid_rows):
+        a wrong guess costs time, not a hang or a wrong answer.
+        """
+        b = tl.program_id(0).to(tl.int64)
+        pid = tl.program_id(1)
+        cols = tl.arange(0, NB)
+        acc = ACC + (b * n + k0) * (2 * NB + 1)
+        cnt = CNT + b * n + k0
+        spins = tl.full([], 0, tl.int32)
+        if pid == nprog:
+            t = tl.zeros([NB, NB], dtype=tl.float32)
+            for j in range(0, nb):
+                seen = tl.atomic_add(cnt, 0, sem="acquire")
+                while (seen < (j + 1) * nprog) & (spins < spin_max):
+                    seen = tl.atomic_add(cnt, 0, sem="acquire")
+                    spins += 1
+                tl.debug_barrier()
+                slot = acc + j * (2 * NB + 1)
+                tau, w, rdn, top, ssq = _grid_column(tl.load(slot + cols, cache_modifier=".cg"),
+                                                     tl.load(slot + NB + cols, cache_modifier=".cg"), cols, j)
+                tg = tl.sum(t * tl.where(cols < j, w, 0.0)[None, :], axis=1)
+                tcol = tl.where(cols < j, -tau * tg, tl.where(cols == j, tau, 0.0))
+                t = tl.where(cols[None, :] == j, tcol[:, None], t)
+            tl.store(TW + b * NB * NB + cols[:, None] * NB + cols[None, :], t)
+        else:
+            base = A + b * stride_b
+            rows = pid * R + tl.arange(0, R)
+            m = n - k0
+            mask = (rows < m)[:, None] & (cols < nb)[None, :]
+            ptrs = base + (k0 + rows)[:, None] * n + (k0 + cols)[None, :]
+            p = tl.load(ptrs, mask=mask, other=0.0)
+            taus = tl.zeros([NB], dtype=tl.float32)
+            lost = tl.full([], 0, tl.int32)
+            for j in range(0, nb):
+                sel = cols[None, :] == j
+                cj = tl.sum(tl.where(sel, p, 0.0), axis=1)
+                below = rows > j
+                slot = acc + j * (2 * NB + 1)
+                xb = tl.where(below, cj, 0.0)
+                tl.atomic_add(slot + cols, tl.sum(xb[:, None] * p, axis=0).to(tl.float64), sem="relaxed")
+                tl.atomic_add(slot + 2 * NB, tl.sum(tl.abs(xb), axis=0).to(tl.float64), sem="relaxed")
+                if (j >= pid * R) & (j < pid * R + R):
+                    tl.store(slot + NB + cols,
+                             tl.sum(tl.where((rows == j)[:, None], p, 0.0), axis=0).to(tl.float64))
+                tl.debug_barrier()  # every thread's part is out before the arrival is counted
+                seen = tl.atomic_add(cnt, 1, sem="release") + 1
+                while (seen < (j + 1) * nprog) & (spins < spin_max):
+                    seen = tl.atomic_add(cnt, 0, sem="acquire")
+                    spins += 1
+                tl.debug_barrier()
+                z = tl.load(slot + cols, cache_modifier=".cg")
+                tau, w, rdn, top, ssq = _grid_column(z, tl.load(slot + NB + cols, cache_modifier=".cg"), cols, j)
+                l1 = tl.load(slot + 2 * NB, cache_modifier=".cg")
+                lost = lost | (((l1 > 0.0) & (ssq < 1e-30)) | ~(tl.max(tl.abs(z), axis=0) < 1e300)).to(tl.int32)
+                v = tl.where(below, cj * rdn, tl.where(rows == j, 1.0, 0.0))
+                newc = tl.where(below, v, tl.where(rows == j, top, cj))
+                p = p - (tau * v)[:, None] * tl.where(cols > j, w, 0.0)[None, :]
+                p = tl.where(sel, newc[:, None], p)
+                taus = tl.where(cols == j, tau, taus)
+            tl.store(ptrs, p, mask=mask)
+            if pid == 0:
+                tl.store(TAU + b * n + k0 + cols, taus, mask=cols < nb)
+            if lost != 0:
+                tl.store(BAD + b, 1)
+        if spins >= spin_max:
+            tl.store(BAD + b, 1)
+
 def _cholqr_panel(a, tau, k0, w, cfg, bad):
     """The outer panel A[k0:, k0:k0+w] by CholeskyQR2 in float64 and Householder reconstruction.
 
@@ -431,10 +533,13 @@ def _factor_triton(a, tau, cfg, ws):
         _panel_kernel[(b,)](a, tau, tau, tau, n, 0, n, n * n, 0, 0, 0, BM=np2, NB=np2, NBT=16, WRITE_T=False,
                             WRITE_V=False, num_warps=_warps(np2 * np2, cfg["panel_epw"]))
         return
-    twi, two, gb, wb, vb, twi2, bad = ws
+    twi, two, gb, wb, vb, twi2, grid, bad = ws
     nbt, wt = twi.shape[-1], two.shape[-1]
     if bad is not None:
         bad.zero_()
+    if grid is not None:
+        grid[0].zero_()
+        grid[1].zero_()
     gemm = vb is not None
     ldv = vb.shape[-1] // n if gemm else 0
     ahead = not gemm
@@ -471,7 +576,18 @@ def _factor_triton(a, tau, cfg, ws):
         # V of this outer panel, as the dense m x (kend - k0) matrix the GEMMs read
         vo = vb[:, :m * ldv].view(b, m, ldv)[:, :, :kend - k0] if gemm else None
         k1, single = k0, True
-        if bad is not None and m > cfg["chol_rows"]:  # the outer panel by CholeskyQR2 + reconstruction
+        rg = _grid_rows(cfg, b, m, a.device) if grid is not None else 0
+        if rg:  # the outer panel by all of the matrix's programs at once, then its T
+            STATS["grid_panels"] += 1
+            nprog = triton.cdiv(m, rg)
+            _grid_panel_kernel[(b, nprog + 1)](a, tau, two, grid[0], grid[1], bad, n, k0, kend - k0, nprog, n * n,
+                                               cfg["grid_spin"] if a.is_cuda or nprog == 1 else 0, R=rg, NB=wt,
+                                               num_warps=_warps(rg * wt, cfg["panel_epw"]))
+            if kend < n:
+                _update(a, two, wt, k0, kend - k0, n, cfg, wb, cfg["bn"], cfg["outer_warps"])
+            k0 = kend
+            continue
+        if cfg["tall"] == "cholqr" and bad is not None and m > cfg["chol_rows"]:  # CholeskyQR2 + reconstruction
             _cholqr_panel(a, tau, k0, kend - k0, cfg, bad)
             k1, single = kend, False
         while k1 < kend:
@@ -526,18 +642,45 @@ def _workspaces(a, cfg):
     gemm = _gemm_updates(cfg)
     wb = torch.zeros(b, max(nbt, wt), n, **z) if b < cfg["split_min"] and not gemm else None
     vb = torch.zeros(b, n * max(nbt, wt), **z) if gemm else None
-    bad = torch.zeros(b, dtype=torch.int32, device=a.device) if _tall_cholqr(cfg, n) and not gemm else None
+    tall = _tall_panels(cfg, n) and not gemm
+    rg = _grid_rows(cfg, b, n, a.device) if tall and cfg["tall"] == "grid" else 0
+    bad = torch.zeros(b, dtype=torch.int32, device=a.device) if rg or (tall and cfg["tall"] == "cholqr") else None
+    # grid panels: float64 sums (z | P's row | sum |x|) per column, and a barrier counter per panel
+    grid = (torch.zeros(b, n, 2 * wt + 1, dtype=torch.float64, device=a.device),
+            torch.zeros(b, n, dtype=torch.int32, device=a.device)) if rg else None
     return (torch.zeros(b, nbt, nbt, **z), torch.zeros(b, wt, wt, **z), torch.zeros(b, wt, wt, **z), wb, vb,
-            torch.zeros(b, nbt, nbt, **z), bad)
+            torch.zeros(b, nbt, nbt, **z), grid, bad)
 
 
-def _tall_cholqr(cfg, n):
-    """Whether the first outer panels (too tall for a register panel nb wide) go through CholeskyQR2."""
-    return cfg["tall"] == "cholqr" and n > cfg["small_max"] and _inner_width(cfg, n)[1] < int(cfg["nb"])
+def _tall_panels(cfg, n):
+    """Whether the first outer panels are too tall for a register panel nb wide (two levels)."""
+    return n > cfg["small_max"] and _inner_width(cfg, n)[1] < int(cfg["nb"])
+
+
+def _grid_rows(cfg, b, m, device):
+    """Rows per program of a grid panel of m rows, or 0 where one would not fit the GPU.
+
+    Every program of a matrix waits for the others at each column, so all b * (cdiv(m, rows) + 1)
+    of them (one more per matrix builds T) must be resident together: rows grow from grid_rows
+    until they fit two programs per SM (a program of <= 4 warps needs at most half an SM's
+    registers, 255 x 128 of 65536; one per SM with more warps), and no grid panel where that needs
+    a tile over tile_max. (The interpreter runs programs one after another, so there the programs
+    of a matrix can never meet: with more than one, they do not wait at all (spin_max 0) and the
+    matrix goes to the Householder redo.)"""
+    rows, wt = int(cfg["grid_rows"]), _pow2(cfg["nbo"])
+    if device.type != "cuda":
+        return rows
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    while rows * wt <= cfg["tile_max"]:
+        per_sm = 2 if _warps(rows * wt, cfg["panel_epw"]) <= 4 else 1
+        if b * (triton.cdiv(m, rows) + 1) <= per_sm * sms:
+            return rows
+        rows *= 2
+    return 0
 
 
 def _redo_rejected(orig, h, tau, bad, cfg):
-    """Refactor by Householder (tall panels too) the matrices the CholeskyQR2 panels rejected."""
+    """Refactor by Householder (tall panels too) the matrices a CholeskyQR2 or grid panel rejected."""
     idx = torch.nonzero(bad).flatten()
     if idx.numel() == 0:
         return
