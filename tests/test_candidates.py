@@ -210,6 +210,34 @@ def _run_tall(cfg):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def test_superpanel_grid_panels_fit_the_gpu(monkeypatch):
+    """Every program of a grid panel (and the T program) must be resident at once, or the grid
+    barrier can only time out: _grid_rows must size the launch to fit, two <= 4-warp programs per SM."""
+    pytest.importorskip("triton")
+    mod = _load(CANDIDATES / "superpanel.py", "sp_grid_rows")
+    sms = 132
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: type("Props", (), {"multi_processor_count": sms})())
+    cuda = torch.device("cuda", 0)
+    cfg = dict(mod.CONFIG)
+    wt = mod._pow2(cfg["nbo"])
+    sized = {}
+    for b, m in [(1, 4096), (2, 4096), (2, 1088), (8, 2048), (8, 1025), (16, 2048), (60, 2048), (131, 2048),
+                 (132, 2048), (200, 4096)]:
+        rows = mod._grid_rows(cfg, b, m, cuda)
+        sized[(b, m)] = rows
+        if rows:
+            per_sm = 2 if mod._warps(rows * wt, cfg["panel_epw"]) <= 4 else 1
+            assert b * (-(-m // rows) + 1) <= per_sm * sms, (b, m, rows)
+            assert rows * wt <= cfg["tile_max"] and rows >= cfg["grid_rows"]
+    # the benchmark shapes keep the measured sizes (BENCHMARKS.md step 15): 64-row programs
+    assert sized[(2, 4096)] == 64 and sized[(8, 2048)] == 64
+    # too many matrices to give each even one program plus its T program: no grid panel
+    assert sized[(132, 2048)] == 0 and sized[(200, 4096)] == 0
+    # on the CPU (the interpreter) the rows are grid_rows as they are
+    assert mod._grid_rows(cfg, 200, 4096, torch.device("cpu")) == cfg["grid_rows"]
+
+
 # By CholeskyQR2 + Householder reconstruction: well-conditioned matrices stay on that path,
 # clustered ones are rejected per matrix and refactored by Householder.
 @pytest.mark.slow
