@@ -661,19 +661,18 @@ def _grid_rows(cfg, b, m, device):
     """Rows per program of a grid panel of m rows, or 0 where one would not fit the GPU.
 
     Every program of a matrix waits for the others at each column, so all b * (cdiv(m, rows) + 1)
-    of them (one more per matrix builds T) must be resident together: rows grow from grid_rows
-    until they fit two programs per SM (a program of <= 4 warps needs at most half an SM's
-    registers, 255 x 128 of 65536; one per SM with more warps), and no grid panel where that needs
-    a tile over tile_max. (The interpreter runs programs one after another, so there the programs
-    of a matrix can never meet: with more than one, they do not wait at all (spin_max 0) and the
+    of them (one more per matrix builds T) must be resident together. Rows grow from grid_rows
+    until they fit two programs per SM, as programs of at most 4 warps (those measured) surely do:
+    255 registers x 128 threads is half an SM's 65536. Where that needs more than 4 warps, there
+    is no grid panel. (The interpreter runs programs one after another, so there the programs of
+    a matrix can never meet: with more than one, they do not wait at all (spin_max 0) and the
     matrix goes to the Householder redo.)"""
     rows, wt = int(cfg["grid_rows"]), _pow2(cfg["nbo"])
     if device.type != "cuda":
         return rows
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    while rows * wt <= cfg["tile_max"]:
-        per_sm = 2 if _warps(rows * wt, cfg["panel_epw"]) <= 4 else 1
-        if b * (triton.cdiv(m, rows) + 1) <= per_sm * sms:
+    while rows * wt <= cfg["tile_max"] and _warps(rows * wt, cfg["panel_epw"]) <= 4:
+        if b * (triton.cdiv(m, rows) + 1) <= 2 * sms:
             return rows
         rows *= 2
     return 0
