@@ -94,6 +94,8 @@ class Flight:
     done: threading.Event = field(default_factory=threading.Event)
     result: EvalResult | None = None
     abort_reason: str = ""
+    parent_code: str = ""              # the head's code, re-timed before a win is accepted
+    head_result: EvalResult | None = None
 
 
 class Agent:
@@ -286,7 +288,8 @@ class Agent:
         if not proposal.transient:
             self.steering.used(directives, i, branch)
         flight = Flight(iteration=i, branch=branch, parent=parent, gpu=gpu, code=proposal.code or "",
-                        proposal=proposal, slot=slot, steering_ids=ids if not proposal.transient else [])
+                        proposal=proposal, slot=slot, steering_ids=ids if not proposal.transient else [],
+                        parent_code=self.bench.read(parent) if proposal.ok else "")
         if not proposal.ok:
             if abort.is_set():
                 self.commit(flight, "failed", "aborted while proposing", ok=False, error="aborted",
@@ -315,8 +318,23 @@ class Agent:
         try:
             f.result = evaluate(self.session.artifacts / str(f.iteration) / "candidate.py", self.task,
                                 self.eval_options(f.gpu), on_progress=progress, cancel=f.cancel)
+            if self._looks_like_a_win(f):
+                # verify: time the head again, now, on the same GPU, before the win is believed; a
+                # head measured slow by chance (a cold or busy machine) would let noise in for good
+                head = self.session.artifacts / str(f.iteration) / "head.py"
+                self.write_artifact(head, f.parent_code)
+                self.emit(ev.EvalProgress(iteration=f.iteration, branch=f.branch, stage="verify",
+                                          detail="re-timing the head"))
+                f.head_result = evaluate(head, self.task, self.eval_options(f.gpu), cancel=f.cancel)
         finally:
             f.done.set()
+
+    def _looks_like_a_win(self, f: Flight) -> bool:
+        r, b = f.result, self.state.branches.get(f.branch)
+        if r is None or not r.ok or f.cancel.is_set() or not f.parent_code or b is None or not b.best_us:
+            return False
+        se = geomean_se(r.to_json().get("cases", []))
+        return judge(True, "", r.geomean_us, se, b.best_us, b.best_se_us).verdict == "accepted"
 
     def eval_options(self, gpu: int | None) -> EvalOptions:
         return EvalOptions(mode=self.cfg.eval_mode, device=self.device, gpu=gpu, stage_timeout=self.cfg.stage_timeout,
@@ -367,7 +385,19 @@ class Agent:
             self.recover.recheck_gpu(f.gpu)
         b = self.state.branches[f.branch]
         error = aborted or (f"{r.error_class}: {r.message}" if not r.ok else "")
-        verdict = judge(r.ok and not aborted, error, r.geomean_us, se, b.best_us, b.best_se_us)
+        head_us, head_se, retimed = b.best_us, b.best_se_us, ""
+        h = f.head_result
+        if h is not None:
+            hj = h.to_json()
+            self.write_artifact(self.session.artifacts / str(f.iteration) / "head_eval.json",
+                                json.dumps(hj, indent=1, default=str))
+            if h.ok and h.geomean_us:
+                head_us, head_se = h.geomean_us, geomean_se(hj.get("cases", []))
+                retimed = f"; the head re-timed at {h.geomean_us:.2f} µs (recorded {b.best_us:.2f} µs)"
+            else:
+                retimed = f"; re-timing the head failed ({h.error_class}: {h.message}), judged on its recorded time"
+        verdict = judge(r.ok and not aborted, error, r.geomean_us, se, head_us, head_se)
+        verdict.reason += retimed
         cases = [CaseLine(_label(c.spec), c.mean_us, c.stderr_us) for c in r.benchmarks]
         self.commit(f, verdict.verdict, verdict.reason, ok=r.ok and not aborted, error=error,
                     geomean=r.geomean_us, se=se, speedup=speedup, cases=cases)

@@ -92,3 +92,54 @@ def test_command_proposer_in_the_loop(tmp_path: Path):
     assert "thinking..." in (s.dir / "artifacts" / "1" / "transcript.txt").read_text()
     assert not any((s.dir / "work").rglob("submission.py"))
     check_record(s)
+
+
+# A seed that is slow only until a marker file exists: its first measurement (at setup) is a
+# cold-machine fluke. The command "proposes" a change that does nothing and creates the marker,
+# so the candidate looks 5x faster than the recorded head. The loop must re-time the head before
+# it believes the win, and reject it.
+NOISY = '''"""Seed family 'noisy': slow while {marker} does not exist."""
+import os
+import time
+
+CONFIG = {{"delay_us": 300, "note": 0}}  # the tuner rewrites this line
+SPACE = {{"delay_us": [300], "note": [0, 1]}}
+
+
+def custom_kernel(data):
+    time.sleep((CONFIG["delay_us"] if os.path.exists({marker!r}) else 1500) * 1e-6)
+    return data * 2
+'''
+
+NO_OP_SCRIPT = """
+import pathlib, sys
+pathlib.Path(sys.argv[1]).write_text("warm")
+f = pathlib.Path("submission.py")
+f.write_text(f.read_text().replace('"note": 0', '"note": 1'))
+print("set note to 1 (changes nothing)")
+"""
+
+
+@pytest.mark.slow
+def test_a_win_over_a_head_measured_slow_by_chance_is_re_timed_and_rejected(tmp_path: Path):
+    marker = tmp_path / "warm.txt"
+    task = tiny_task(tmp_path, seeds=("sleepy",))
+    (task / "candidates" / "sleepy.py").unlink()
+    (task / "candidates" / "noisy.py").write_text(NOISY.format(marker=str(marker)))
+    script = tmp_path / "no_op.py"
+    script.write_text(NO_OP_SCRIPT)
+    cfg = config(task, proposer="command", command=f"{sys.executable} {script} {marker}", max_iterations=1)
+    s = prepare_session(tmp_path / "sessions", "noisy", cfg)
+    assert Agent(s, cfg).run() == "budget"
+    items = events(s)
+    seed = of_type(items, ev.BranchCreated)[0]
+    commit = of_type(items, ev.AttemptCommitted)[-1]
+    finished = of_type(items, ev.EvalFinished)[-1]
+    # the candidate did measure far faster than the head's recorded time ...
+    assert finished.geomean_us < 0.5 * seed.geomean_us, (finished.geomean_us, seed.geomean_us)
+    # ... but the head, timed again, was just as fast: no gain
+    assert commit.iteration == 1 and commit.verdict == "rejected", commit.reason
+    assert "the head re-timed at" in commit.reason
+    assert (s.dir / "artifacts" / "1" / "head_eval.json").exists()
+    assert any(isinstance(e, ev.EvalProgress) and e.stage == "verify" for e in items)
+    check_record(s)
