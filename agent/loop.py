@@ -324,7 +324,7 @@ class Agent:
                 head = self.session.artifacts / str(f.iteration) / "head.py"
                 self.write_artifact(head, f.parent_code)
                 self.emit(ev.EvalProgress(iteration=f.iteration, branch=f.branch, stage="verify",
-                                          detail="re-timing the head"))
+                                          detail="apparent win: re-timing the head"))
                 f.head_result = evaluate(head, self.task, self.eval_options(f.gpu), cancel=f.cancel)
         finally:
             f.done.set()

@@ -12,6 +12,7 @@ from agent.config import RunConfig
 from agent.loop import Agent, prepare_session
 from agent.proposers.base import ProposalContext
 from agent.proposers.command import CommandProposer
+from agent.state import fold
 from agent.vcs import SessionRepo
 from fixtures.agent_helpers import TINY, check_record, config, events, of_type, tiny_task
 
@@ -141,5 +142,6 @@ def test_a_win_over_a_head_measured_slow_by_chance_is_re_timed_and_rejected(tmp_
     assert commit.iteration == 1 and commit.verdict == "rejected", commit.reason
     assert "the head re-timed at" in commit.reason
     assert (s.dir / "artifacts" / "1" / "head_eval.json").exists()
-    assert any(isinstance(e, ev.EvalProgress) and e.stage == "verify" for e in items)
+    at = next(k for k, e in enumerate(items) if isinstance(e, ev.EvalProgress) and e.stage == "verify")
+    assert fold(items[:at + 1]).activity == "#1 tiny/noisy: apparent win: re-timing the head"
     check_record(s)
