@@ -20,7 +20,7 @@ Where the time goes (H200 profile, dense cases): at 640x512 the trailing update 
 fp32 FMA, ~2 TB/s derived from the bytes it must move; 3xTF32 measured slower) and the register
 panels ~3 ms (~5 elementwise ops per tile element per column, counted in the code); at 176-352
 the panels' column loop (the critical path; look-ahead hides the updates behind it); at 2x4096
-the grid panels (8.9 ms of 25.5: ~2.9 us a column, kernel time over columns, against 30 ms for
+the grid panels (9.6 ms of 23.4: ~3.1 us a column, kernel time over columns, against 30 ms for
 one program per matrix), the outer updates (9.7 ms) and the last 1024 columns' steps (3.4 ms).
 On a CPU tensor it runs the same blocked algorithm in PyTorch, or the Triton kernels when
 TRITON_INTERPRET=1.
