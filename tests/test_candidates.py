@@ -202,6 +202,11 @@ print(json.dumps(out))
 """
 
 
+# tile_max 256 fits a 16-column register panel only up to 16 rows: taller panels are the
+# two-level (tall) outer panels of 32 columns that `tall` decides
+_TALL_CFG = {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16}
+
+
 def _run_tall(cfg):
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", TALL, str(QR), str(CANDIDATES / "superpanel.py"), json.dumps(cfg)],
@@ -244,8 +249,7 @@ def test_superpanel_grid_panels_fit_the_gpu(monkeypatch):
 @pytest.mark.parametrize("chol_rows", [0, 40])
 def test_superpanel_cholqr_tall_panels_under_the_interpreter(chol_rows):
     pytest.importorskip("triton")
-    stats = _run_tall({**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16,
-                       "tall": "cholqr", "chol_rows": chol_rows})
+    stats = _run_tall({**_TALL_CFG, "tall": "cholqr", "chol_rows": chol_rows})
     # tile_max 256 fits a 16-column register panel only up to 16 rows: the two-level (tall) outer
     # panels of 32 columns are k0 = 0 at n = 48 (48 rows) and k0 = 0, 32 at n = 70 (70 and 38 rows);
     # chol_rows = 40 keeps only those with more than 40 rows
@@ -265,8 +269,7 @@ def test_superpanel_cholqr_tall_panels_under_the_interpreter(chol_rows):
 @pytest.mark.parametrize("grid_rows", [128, 16])
 def test_superpanel_grid_panels_under_the_interpreter(grid_rows):
     pytest.importorskip("triton")
-    stats = _run_tall({**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16,
-                       "tall": "grid", "grid_rows": grid_rows})
+    stats = _run_tall({**_TALL_CFG, "tall": "grid", "grid_rows": grid_rows})
     panels = {"dense 48": 1, "dense 70": 2, "clustered 48": 1, "rankdef 48": 1, "tiny 48": 1}
     batch = {"dense 48": 3, "dense 70": 2, "clustered 48": 2, "rankdef 48": 2, "tiny 48": 2}
     for case, want in panels.items():
