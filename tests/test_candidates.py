@@ -159,6 +159,18 @@ INTERPRETER_RUNS = [
     # 1e-30 / 1e30 entries...) are rejected or pass, never wrong
     ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 256, "bn_inner": 16, "tall": "cholqr",
                     "chol_rows": 0}, [24], []),
+    # bf16x3 update dots (emulated in fp32 under the interpreter, the split itself is real) from
+    # n = 32 on: the one-launch trailing kernel with bottom-up V'C rows, then the row-split and
+    # look-ahead kernels (both families)
+    ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 1024, "prec": "bf16x3",
+                    "bf16_min_n": 32, "rev_rows": True, "split_min": 0, "lookahead_elems": 0},
+     [40], [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
+    ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 1024, "prec": "bf16x3",
+                    "bf16_min_n": 32, "split_min": 100000, "lookahead_elems": 2000},
+     [], [{"batch": 2, "n": 70, "cond": 0, "seed": 6, "case": "rankdef"},
+          {"batch": 2, "n": 48, "cond": 0, "seed": 6, "case": "rowscale"}]),
+    ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 1024, "prec": "bf16x3", "bf16_min_n": 32},
+     [40], [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
     # cuBLAS trailing updates (V written as a dense matrix by the panel kernel)
     ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 256, "trail": "gemm"}, [5, 24],
      [{"batch": 3, "n": 37, "cond": 0, "seed": 2, "case": "rankdef"}]),
@@ -241,6 +253,61 @@ def test_superpanel_grid_panels_fit_the_gpu(monkeypatch):
     assert sized[(16, 2048)] == 0 and sized[(132, 2048)] == 0 and sized[(200, 4096)] == 0
     # on the CPU (the interpreter) the rows are grid_rows as they are
     assert mod._grid_rows(cfg, 200, 4096, torch.device("cpu")) == cfg["grid_rows"]
+
+
+# The bf16x3 split dot (_mm) of both Triton families, run under the interpreter in its fp32 form:
+# its error must sit where the split puts it, far below plain bfloat16's and above fp32's.
+SPLIT_DOT = r"""
+import json, sys, importlib.util, torch, triton, triton.language as tl
+spec = importlib.util.spec_from_file_location("fam", sys.argv[1])
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+_mm = mod._mm
+
+@triton.jit
+def k(A, B, C, PREC: tl.constexpr):
+    r = tl.arange(0, 32)
+    c = tl.arange(0, 64)
+    a = tl.load(A + r[:, None] * 32 + r[None, :])
+    b = tl.load(B + r[:, None] * 64 + c[None, :])
+    tl.store(C + r[:, None] * 64 + c[None, :], _mm(a, b, None, PREC))
+
+g = torch.Generator().manual_seed(0)
+a, b = torch.randn(32, 32, generator=g) * 1e-20, torch.randn(32, 64, generator=g)
+exact = a.double() @ b.double()
+err = {}
+for prec in ("ieee", "bf16x3-fp32"):
+    c = torch.empty(32, 64)
+    k[(1,)](a, b, c, PREC=prec)
+    err[prec] = ((c.double() - exact).abs().max() / exact.abs().max()).item()
+err["bf16"] = ((a.bfloat16().double() @ b.bfloat16().double() - exact).abs().max() / exact.abs().max()).item()
+print(json.dumps(err))
+"""
+
+
+@pytest.mark.parametrize("family", ["superpanel", "wy_triton"])
+def test_bf16x3_split_dot_is_near_fp32(family):
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", SPLIT_DOT, str(CANDIDATES / f"{family}.py")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    err = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert err["ieee"] < 1e-6 and err["bf16"] > 1e-3, err
+    # two bfloat16 terms carry ~16 bits: ~2^-16 relative at worst, 100x better than one
+    assert err["ieee"] < err["bf16x3-fp32"] < 3e-5, err
+
+
+def test_bf16x3_only_where_n_leaves_room(monkeypatch):
+    """bf16x3 (~2^-17 per product) runs only where the checker's 20 n eps32 leaves room; small n
+    stays in fp32; the interpreter gets the fp32 form of the split."""
+    for family in ("superpanel", "wy_triton"):
+        mod = _load(CANDIDATES / f"{family}.py", f"{family}_prec")
+        cfg = {**mod.CONFIG, "prec": "bf16x3", "bf16_min_n": 256}
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+        assert mod._prec(cfg, 512) == "bf16x3" and mod._prec(cfg, 255) == "ieee"
+        assert mod._prec({**cfg, "prec": "tf32x3"}, 64) == "tf32x3"
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        assert mod._prec(cfg, 512) == "bf16x3-fp32"
 
 
 # By CholeskyQR2 + Householder reconstruction: well-conditioned matrices stay on that path,

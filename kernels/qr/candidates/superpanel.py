@@ -16,9 +16,14 @@ with atomics. Small n (<= small_max) is factored on chip in one launch; launch-b
 replay a CUDA graph. trail="gemm" makes the updates cuBLAS GEMMs (fp32; measured no faster than
 the Triton kernel; tall panels then go the householder way).
 
-Where the time goes (H200 profile, dense cases): at 640x512 the trailing update ~5 ms (tl.dot,
-fp32 FMA, ~2 TB/s derived from the bytes it must move; 3xTF32 measured slower) and the register
-panels ~3 ms (~5 elementwise ops per tile element per column, counted in the code); at 176-352
+The update dots run on the tensor cores in bf16x3 (prec; each operand split into two bfloat16
+parts, three products, ~2^-17 relative; only for n >= bf16_min_n, where the checker's 20 n eps32
+leaves room), and the one-launch trailing kernel reads V'C's rows bottom-up (rev_rows) so its
+top-down update pass finds the rows read last still in L2.
+
+Where the time goes (H200 profile, dense cases): at 640x512 the trailing update ~3.6 ms (bf16x3,
+~2.7 TB/s derived from the 12 bytes per element per panel it moves; fp32 FMA dots took ~5 ms) and
+the register panels ~2.7 ms (~5 elementwise ops per tile element per column, counted in the code); at 176-352
 the panels' column loop (the critical path; look-ahead hides the updates behind it); at 2x4096
 the grid panels (9.6 ms of 23.4: ~3.1 us a column, kernel time over columns, against 30 ms for
 one program per matrix), the outer updates (9.7 ms) and the last 1024 columns' steps (3.4 ms).
@@ -35,21 +40,22 @@ try:
 except ImportError:  # a CPU-only machine without Triton still gets the PyTorch path
     triton = None
 
-CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "ieee", "bn": 64, "bk": 32,
+CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "bf16x3", "bn": 128, "bk": 32,
           "bn_inner": 16, "trail_warps": 4, "panel_epw": 2048, "outer_warps": 8, "split_min": 264,
           "graph_max_elems": 67108864, "trail": "triton",
           "lookahead_elems": 33554432, "tall": "grid", "chol_rel": 1e-12, "chol_orth": 0.1,
           "chol_rows": 1024, "chol_warps": 8,
-          "grid_rows": 64, "grid_spin": 4194304}
+          "grid_rows": 64, "grid_spin": 4194304, "bf16_min_n": 256, "rev_rows": True}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
-         "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
+         "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
          "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "panel_epw": [512, 1024, 2048, 4096],
          "outer_warps": [4, 8], "split_min": [0, 132, 264, 528],
          "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
          "lookahead_elems": [0, 2097152, 8388608, 33554432], "tall": ["householder", "cholqr", "grid"],
          "chol_rel": [1e-14, 1e-12, 1e-10], "chol_orth": [0.01, 0.1, 0.5], "chol_rows": [1024, 2048, 3072],
          "chol_warps": [2, 4, 8], "grid_rows": [32, 64, 128, 256],
-         "grid_spin": [1048576, 4194304]}
+         "grid_spin": [1048576, 4194304], "bf16_min_n": [128, 256, 512],
+         "rev_rows": [False, True]}
 # host-side counts: CholeskyQR2 and grid outer panels launched (a captured graph counts once), and
 # matrices refactored by Householder after such a panel rejected them (or its barrier timed out)
 STATS = {"cholqr_panels": 0, "grid_panels": 0, "fallback": 0}
@@ -142,38 +148,73 @@ if triton is not None:
                          mask=outside)
 
     @triton.jit
+    def _mm(a, b, acc, PREC: tl.constexpr):
+        """acc + a @ b. PREC "ieee" (fp32 FMA) and "tf32x3" are Triton's; "bf16x3" splits each
+        operand x = hi + lo (hi = bf16(x), lo = bf16(x - hi)) and sums lo*hi + hi*lo + hi*hi on the
+        tensor cores with fp32 accumulation: ~2^-16 relative per product (lo*lo dropped), far inside
+        the checker's 20 n eps bound, where plain tf32 (2^-11) is not. "bf16x3-fp32" is the same
+        split with the products in fp32 (the interpreter's bfloat16 dot is wrong)."""
+        if PREC == "bf16x3" or PREC == "bf16x3-fp32":
+            ah = a.to(tl.bfloat16).to(tl.float32)
+            al = (a - ah).to(tl.bfloat16).to(tl.float32)
+            bh = b.to(tl.bfloat16).to(tl.float32)
+            bl = (b - bh).to(tl.bfloat16).to(tl.float32)
+            if PREC == "bf16x3":
+                acc = tl.dot(al.to(tl.bfloat16), bh.to(tl.bfloat16), acc)
+                acc = tl.dot(ah.to(tl.bfloat16), bl.to(tl.bfloat16), acc)
+                return tl.dot(ah.to(tl.bfloat16), bh.to(tl.bfloat16), acc)
+            else:
+                acc = tl.dot(al, bh, acc, input_precision="ieee")
+                acc = tl.dot(ah, bl, acc, input_precision="ieee")
+                return tl.dot(ah, bh, acc, input_precision="ieee")
+        else:
+            return tl.dot(a, b, acc, input_precision=PREC)
+
+    @triton.jit
     def _trail_kernel(A, TW, n, k0, nb, cend, stride_b,
-                      NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+                      NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, REV: tl.constexpr):
         # grid (column blocks, matrices): one matrix's blocks are neighbours in launch order, so
         # they run together and read its V from L2 rather than HBM
         b = tl.program_id(1).to(tl.int64)
-        _apply(A, TW, b, n, k0, nb, k0 + nb + tl.program_id(0) * BN, cend, stride_b, NBT, BN, BK, PREC)
+        _apply(A, TW, b, n, k0, nb, k0 + nb + tl.program_id(0) * BN, cend, stride_b, NBT, BN, BK, PREC, REV)
 
     @triton.jit
     def _apply(A, TW, b, n, k0, nb, c0, cend, stride_b,
-               NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+               NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, REV: tl.constexpr = False):
         """C = A[k0:, c0:c0+BN] (columns < cend) of matrix b: C -= V (T' (V' C)), V the panel's reflectors."""
         base = A + b * stride_b
         cols = c0 + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
-        w = _vtc_rows(base, n, k0, nb, cols, cend, k0, n, NBT, BN, BK, PREC)
+        w = _vtc_rows(base, n, k0, nb, cols, cend, k0, n, NBT, BN, BK, PREC, REV)
         tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
         _sub_vw_rows(base, n, k0, nb, cols, cend, k0, n, tl.dot(tl.trans(tt), w, input_precision="ieee"), NBT, BK, PREC)
 
     @triton.jit
     def _vtc_rows(base, n, k0, nb, cols, cend, r_beg, r_end,
-                  NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """V' C over rows r_beg..r_end of one matrix (V: the reflectors of columns k0..k0+nb)."""
+                  NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, REV: tl.constexpr = False):
+        """V' C over rows r_beg..r_end of one matrix (V: the reflectors of columns k0..k0+nb).
+
+        REV walks the rows bottom-up, so the update pass that follows (top-down) starts on the
+        rows read last, the ones most likely still in L2."""
         kk = tl.arange(0, NBT)
         pc = k0 + kk
         w = tl.zeros([NBT, BN], dtype=tl.float32)
-        for r0 in range(r_beg, r_end, BK):
-            rows = r0 + tl.arange(0, BK)
-            v = _load_v(base, rows, r_end, n, pc, kk, nb)
-            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=(rows < r_end)[:, None] & (cols < cend)[None, :],
-                        other=0.0)
-            w = tl.dot(tl.trans(v), c, w, input_precision=PREC)
+        if REV:
+            last = r_beg + (tl.cdiv(r_end - r_beg, BK) - 1) * BK
+            for i in range(0, tl.cdiv(r_end - r_beg, BK)):
+                w = _vtc_chunk(base, n, nb, cols, cend, last - i * BK, r_end, pc, kk, w, BK, PREC)
+        else:
+            for r0 in range(r_beg, r_end, BK):
+                w = _vtc_chunk(base, n, nb, cols, cend, r0, r_end, pc, kk, w, BK, PREC)
         return w
+
+    @triton.jit
+    def _vtc_chunk(base, n, nb, cols, cend, r0, r_end, pc, kk, w, BK: tl.constexpr, PREC: tl.constexpr):
+        rows = r0 + tl.arange(0, BK)
+        v = _load_v(base, rows, r_end, n, pc, kk, nb)
+        c = tl.load(base + rows[:, None] * n + cols[None, :], mask=(rows < r_end)[:, None] & (cols < cend)[None, :],
+                    other=0.0)
+        return _mm(tl.trans(v), c, w, PREC)
 
     @triton.jit
     def _sub_vw_rows(base, n, k0, nb, cols, cend, r_beg, r_end, w,
@@ -187,7 +228,7 @@ if triton is not None:
             cp = base + rows[:, None] * n + cols[None, :]
             cm = (rows < r_end)[:, None] & (cols < cend)[None, :]
             c = tl.load(cp, mask=cm, other=0.0)
-            tl.store(cp, c - tl.dot(v, w, input_precision=PREC), mask=cm)
+            tl.store(cp, c - _mm(v, w, None, PREC), mask=cm)
 
     @triton.jit
     def _step_kernel(A, TAU, TWP, TWN, n, k0, nb, k1, nb1, stride_b,
@@ -252,7 +293,7 @@ if triton is not None:
         g = tl.zeros([WT, WT], dtype=tl.float32)
         for r0 in range(r_beg, r_end, BK):
             v = _load_v(base, r0 + tl.arange(0, BK), r_end, n, pc, kk, w)
-            g = tl.dot(tl.trans(v), v, g, input_precision=PREC)
+            g = _mm(tl.trans(v), v, g, PREC)
         tl.atomic_add(GB + b * WT * WT + kk[:, None] * WT + kk[None, :], g)
 
     @triton.jit
@@ -474,6 +515,17 @@ def _cholqr_panel(a, tau, k0, w, cfg, bad):
     a[:, k0:k0 + w, k0:k0 + w] = torch.triu(d.unsqueeze(2) * torch.bmm(rs[1], rs[0])) + torch.tril(lu, -1)
 
 
+def _prec(cfg, n):
+    """The update dots' precision for n x n matrices, as the kernels take it. bf16x3 (~2^-17
+    relative per product) only where n >= bf16_min_n: the checker allows 20 n eps32, so small n
+    has too little room (n = 24 failed under the interpreter). Its bfloat16 dots are emulated there."""
+    if cfg["prec"] != "bf16x3":
+        return cfg["prec"]
+    if n < cfg["bf16_min_n"]:
+        return "ieee"
+    return "bf16x3-fp32" if os.environ.get("TRITON_INTERPRET") == "1" else "bf16x3"
+
+
 def _pow2(x):
     return 1 << max(0, int(x) - 1).bit_length()
 
@@ -515,15 +567,15 @@ def _update(a, t, nbt, k0, nb, cend, cfg, wb, bn, warps):
     ncb = triton.cdiv(cend - c0, bn)
     rb = _row_blocks(cfg, b * ncb, n - k0) if wb is not None else 0
     if not rb:
-        _trail_kernel[(ncb, b)](a, t, n, k0, nb, cend, n * n, NBT=nbt, BN=bn, BK=cfg["bk"], PREC=cfg["prec"],
-                                num_warps=warps)
+        _trail_kernel[(ncb, b)](a, t, n, k0, nb, cend, n * n, NBT=nbt, BN=bn, BK=cfg["bk"], PREC=_prec(cfg, n),
+                                REV=cfg["rev_rows"], num_warps=warps)
         return
     grid = (b, ncb, triton.cdiv(n - k0, rb))
     wb[:, :nbt, :cend - c0].zero_()
     _vtc_kernel[grid](a, wb, n, k0, nb, c0, cend, rb, n * n, wb.stride(0), NBT=nbt, BN=bn, BK=cfg["bk"],
-                      PREC=cfg["prec"], num_warps=warps)
+                      PREC=_prec(cfg, n), num_warps=warps)
     _upd_kernel[grid](a, wb, t, n, k0, nb, c0, cend, rb, n * n, wb.stride(0), NBT=nbt, BN=bn, BK=cfg["bk"],
-                      PREC=cfg["prec"], num_warps=warps)
+                      PREC=_prec(cfg, n), num_warps=warps)
 
 
 def _factor_triton(a, tau, cfg, ws):
@@ -558,7 +610,7 @@ def _factor_triton(a, tau, cfg, ws):
             else:
                 grid = (b, 1 + triton.cdiv(n - k0 - w, cfg["bn"]))
                 _step_kernel[grid](a, tau, tws[pend[2]], tws[cur], n, pend[0], pend[1], k0, w, n * n, NBT=nbt, BM=bm,
-                                   NB=nbp0, BN=cfg["bn"], BK=cfg["bk"], PREC=cfg["prec"],
+                                   NB=nbp0, BN=cfg["bn"], BK=cfg["bk"], PREC=_prec(cfg, n),
                                    num_warps=max(warps, cfg["trail_warps"]))
             pend = None
             if b * (n - k0) * (n - k0 - w) > cfg["lookahead_elems"]:
@@ -618,8 +670,9 @@ def _factor_triton(a, tau, cfg, ws):
                     gb[:, :w, :w] = torch.bmm(vo.transpose(1, 2), vo)
                 else:
                     rb = _row_blocks(cfg, b, m) or triton.cdiv(m, cfg["bk"]) * cfg["bk"]
+                    # (T's Gram matrix never in bf16x3: _prec(cfg, 0))
                     _gram_kernel[(b, triton.cdiv(m, rb))](a, gb, n, k0, w, rb, n * n, WT=wt, BK=cfg["bk"],
-                                                          PREC=cfg["prec"], num_warps=cfg["outer_warps"])
+                                                          PREC=_prec(cfg, 0), num_warps=cfg["outer_warps"])
                 _larft_kernel[(b,)](gb, tau, two, n, k0, w, WT=wt, num_warps=cfg["outer_warps"])
                 if gemm:
                     _update_gemm(a, vo, two[:, :w, :w], k0, kend, n)

@@ -4,9 +4,11 @@ One program per matrix factors a panel of nb columns held in registers: column e
 scaled norm, reflector, its application to the rest of the panel and the column of T come from
 one pass of block reductions per column, and T is written by the same kernel. The trailing
 matrix is updated by a second kernel (grid: column block x matrix), C -= V (T' (V' C)), with
-tl.dot in plain fp32 FMA ("ieee"; 3xTF32 "tf32x3" measured slower on the H200), or with
-trail="gemm" by three cuBLAS batched GEMMs in full fp32 on V written densely by the panel kernel
-(what the H200 tune run kept: 1.3% faster). Small n (<= small_max)
+tl.dot on the tensor cores in bf16x3 (each operand split into two bfloat16 parts, three
+products; n >= bf16_min_n only; H200: 640x512 8.6 -> 7.3 ms against fp32 FMA "ieee"; Triton's
+"tf32x3" measured slower), V'C read bottom-up so the update pass finds its first rows in L2, or
+with trail="gemm" by three cuBLAS batched GEMMs in full fp32 on V written densely by the panel
+kernel. Small n (<= small_max)
 is factored entirely on chip in one launch. Launch-bound shapes replay a CUDA graph.
 
 Where the time goes: the panel kernel's column loop (latency: ~n sequential block reductions
@@ -27,12 +29,14 @@ try:
 except ImportError:  # a CPU-only machine without Triton still gets the PyTorch path
     triton = None
 
-CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "ieee", "bn": 64, "bk": 32,
-          "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 67108864, "trail": "triton"}
+CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "bf16x3", "bn": 64, "bk": 32,
+          "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 67108864, "trail": "triton",
+          "bf16_min_n": 256, "rev_rows": True}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
-         "prec": ["tf32x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
+         "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
          "panel_epw": [512, 1024, 2048, 4096],
-         "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"]}
+         "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
+         "bf16_min_n": [128, 256, 512], "rev_rows": [False, True]}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -116,8 +120,31 @@ if triton is not None:
                          mask=outside)
 
     @triton.jit
+    def _mm(a, b, acc, PREC: tl.constexpr):
+        """acc + a @ b. PREC "ieee" (fp32 FMA) and "tf32x3" are Triton's; "bf16x3" splits each
+        operand x = hi + lo (hi = bf16(x), lo = bf16(x - hi)) and sums lo*hi + hi*lo + hi*hi on the
+        tensor cores with fp32 accumulation: ~2^-16 relative per product (lo*lo dropped), far inside
+        the checker's 20 n eps bound, where plain tf32 (2^-11) is not. "bf16x3-fp32" is the same
+        split with the products in fp32 (the interpreter's bfloat16 dot is wrong)."""
+        if PREC == "bf16x3" or PREC == "bf16x3-fp32":
+            ah = a.to(tl.bfloat16).to(tl.float32)
+            al = (a - ah).to(tl.bfloat16).to(tl.float32)
+            bh = b.to(tl.bfloat16).to(tl.float32)
+            bl = (b - bh).to(tl.bfloat16).to(tl.float32)
+            if PREC == "bf16x3":
+                acc = tl.dot(al.to(tl.bfloat16), bh.to(tl.bfloat16), acc)
+                acc = tl.dot(ah.to(tl.bfloat16), bl.to(tl.bfloat16), acc)
+                return tl.dot(ah.to(tl.bfloat16), bh.to(tl.bfloat16), acc)
+            else:
+                acc = tl.dot(al, bh, acc, input_precision="ieee")
+                acc = tl.dot(ah, bl, acc, input_precision="ieee")
+                return tl.dot(ah, bh, acc, input_precision="ieee")
+        else:
+            return tl.dot(a, b, acc, input_precision=PREC)
+
+    @triton.jit
     def _trail_kernel(A, TW, n, k0, nb, cend, stride_b,
-                      NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+                      NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, REV: tl.constexpr):
         """C = A[k0:, c0:c0+BN] (columns < cend) of one matrix: C -= V (T' (V' C)), V the panel's reflectors.
 
         Grid (column blocks, matrices): one matrix's blocks are neighbours in launch order, so they
@@ -129,14 +156,17 @@ if triton is not None:
         kk = tl.arange(0, NBT)
         pc = k0 + kk
         w = tl.zeros([NBT, BN], dtype=tl.float32)
-        for r0 in range(k0, n, BK):
-            rows = r0 + tl.arange(0, BK)
+        nchunk = tl.cdiv(n - k0, BK)
+        for i in range(0, nchunk):
+            # REV: V'C bottom-up, so the top-down update pass below starts on the rows read last,
+            # the ones most likely still in L2
+            rows = k0 + (nchunk - 1 - i if REV else i) * BK + tl.arange(0, BK)
             rm = rows < n
             lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
             v = tl.load(base + rows[:, None] * n + pc[None, :], mask=rm[:, None] & lower, other=0.0)
             v = tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
             c = tl.load(base + rows[:, None] * n + cols[None, :], mask=rm[:, None] & (cols < cend)[None, :], other=0.0)
-            w = tl.dot(tl.trans(v), c, w, input_precision=PREC)
+            w = _mm(tl.trans(v), c, w, PREC)
         tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
         w = tl.dot(tl.trans(tt), w, input_precision="ieee")
         for r0 in range(k0, n, BK):
@@ -148,8 +178,19 @@ if triton is not None:
             cp = base + rows[:, None] * n + cols[None, :]
             cm = rm[:, None] & (cols < cend)[None, :]
             c = tl.load(cp, mask=cm, other=0.0)
-            c = c - tl.dot(v, w, input_precision=PREC)
+            c = c - _mm(v, w, None, PREC)
             tl.store(cp, c, mask=cm)
+
+
+def _prec(cfg, n):
+    """The update dots' precision for n x n matrices, as the kernels take it. bf16x3 (~2^-17
+    relative per product) only where n >= bf16_min_n: the checker allows 20 n eps32, so small n
+    has too little room (n = 24 failed under the interpreter). Its bfloat16 dots are emulated there."""
+    if cfg["prec"] != "bf16x3":
+        return cfg["prec"]
+    if n < cfg["bf16_min_n"]:
+        return "ieee"
+    return "bf16x3-fp32" if os.environ.get("TRITON_INTERPRET") == "1" else "bf16x3"
 
 
 def _pow2(x):
@@ -192,7 +233,7 @@ def _factor_triton(a, tau, cfg, tw, vb=None):
         elif k0 + nb < n:
             grid = (triton.cdiv(n - k0 - nb, cfg["bn"]), b)
             _trail_kernel[grid](a, tw, n, k0, nb, n, n * n, NBT=nbt, BN=cfg["bn"], BK=cfg["bk"],
-                                PREC=cfg["prec"], num_warps=cfg["trail_warps"])
+                                PREC=_prec(cfg, n), REV=cfg["rev_rows"], num_warps=cfg["trail_warps"])
         k0 += nb
 
 
