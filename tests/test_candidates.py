@@ -95,6 +95,15 @@ def test_empty_batch(family):
     assert h.shape == (0, 4, 4) and tau.shape == (0, 4)
 
 
+def test_wy_blocked_float32_panel():
+    """wy_blocked's other panel (panel64=False: float32 scratch, a cast and a copy per column), several panels."""
+    mod = _load(CANDIDATES / "wy_blocked.py", "cand_wy_blocked_panel32")
+    mod.CONFIG.update(panel64=False, nb=16)
+    for label, a in SPECIALS("cpu", sizes=(1, 5, 40)):
+        _check(mod, a, label)
+    _check(mod, reference.generate_input(3, 70, 2, 7, "mixed"), "mixed 3x70")
+
+
 def test_cholqr_decides_per_matrix():
     """A batch mixing well-conditioned and exactly rank-deficient matrices: only the latter fall back."""
     mod = _load(CANDIDATES / "cholqr.py", "cand_cholqr_mixed")
