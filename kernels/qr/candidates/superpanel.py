@@ -151,8 +151,8 @@ if triton is not None:
     def _mm(a, b, acc, PREC: tl.constexpr):
         """acc + a @ b. PREC "ieee" (fp32 FMA) and "tf32x3" are Triton's; "bf16x3" splits each
         operand x = hi + lo (hi = bf16(x), lo = bf16(x - hi)) and sums lo*hi + hi*lo + hi*hi on the
-        tensor cores with fp32 accumulation: ~2^-16 relative per product (lo*lo dropped), far inside
-        the checker's 20 n eps bound, where plain tf32 (2^-11) is not. "bf16x3-fp32" is the same
+        tensor cores with fp32 accumulation: ~2^-17 relative per product (lo*lo dropped), inside
+        the checker's 20 n eps bound for n >= bf16_min_n, where plain tf32 (2^-11) is not. "bf16x3-fp32" is the same
         split with the products in fp32 (the interpreter's bfloat16 dot is wrong)."""
         if PREC == "bf16x3" or PREC == "bf16x3-fp32":
             ah = a.to(tl.bfloat16).to(tl.float32)
