@@ -145,3 +145,76 @@ def test_a_win_over_a_head_measured_slow_by_chance_is_re_timed_and_rejected(tmp_
     at = next(k for k, e in enumerate(items) if isinstance(e, ev.EvalProgress) and e.stage == "verify")
     assert fold(items[:at + 1]).activity == "#1 tiny/noisy: apparent win: re-timing the head"
     check_record(s)
+
+
+# The other half of the winner's curse: the head is measured fairly, but the candidate's first
+# timing was a lucky draw. The timings are real, with the noise injected (a sandboxed candidate
+# cannot be made lucky for one process only): the first is a third of the true time, and the
+# second, of code that does what the head does, is the head's re-timed time. An apparent win is
+# re-timed on both sides, and the second timing, not the one the candidate was picked for, is
+# judged and recorded.
+COMMENT_SCRIPT = """
+import pathlib
+f = pathlib.Path("submission.py")
+f.write_text(f.read_text() + "\\n# a comment: changes nothing\\n")
+print("add a comment (changes nothing)")
+"""
+
+
+def _run_with_timings(tmp_path: Path, monkeypatch, second_fails: bool):
+    """One iteration of a no-op change whose first timing is a lucky third of its true time; the
+    candidate's second timing fails if asked. Returns (timed file names, events, session)."""
+    import dataclasses
+
+    import agent.loop as loop_mod
+
+    real, timed, head_us = loop_mod.evaluate, [], []
+
+    def lucky_once(path, *args, **kwargs):
+        r = real(path, *args, **kwargs)
+        timed.append(Path(path).name)
+        if Path(path).name == "head.py":
+            head_us.append(r.geomean_us)
+        elif r.ok and timed.count("candidate.py") == 1:
+            r = dataclasses.replace(r, geomean_us=r.geomean_us / 3)
+        elif r.ok and second_fails:
+            r = dataclasses.replace(r, ok=False, error_class="wrong", message="matrix 3: backward error too large",
+                                    geomean_us=None)
+        elif r.ok:  # the same code as the head: its true time is the head's (real timings differ by a few %)
+            r = dataclasses.replace(r, geomean_us=head_us[-1])
+        return r
+
+    monkeypatch.setattr(loop_mod, "evaluate", lucky_once)
+    task = tiny_task(tmp_path, seeds=("sleepy",))
+    script = tmp_path / "comment.py"
+    script.write_text(COMMENT_SCRIPT)
+    cfg = config(task, proposer="command", command=f"{sys.executable} {script}", max_iterations=1)
+    s = prepare_session(tmp_path / "sessions", "lucky", cfg)
+    assert Agent(s, cfg).run() == "budget"
+    return timed, events(s), s
+
+
+@pytest.mark.slow
+def test_a_win_from_a_lucky_first_timing_is_timed_again_and_rejected(tmp_path: Path, monkeypatch):
+    timed, items, s = _run_with_timings(tmp_path, monkeypatch, second_fails=False)
+    commit = of_type(items, ev.AttemptCommitted)[-1]
+    first = of_type(items, ev.EvalFinished)[-1]
+    # first the candidate, then the head, then the candidate again
+    assert timed == ["candidate.py", "head.py", "candidate.py"], timed
+    assert commit.iteration == 1 and commit.verdict == "rejected", commit.reason
+    assert "the head re-timed at" in commit.reason and "the candidate re-timed at" in commit.reason
+    # the recorded time is the second one, not the lucky first one it was picked for
+    assert commit.geomean_us > 2 * first.geomean_us, (commit.geomean_us, first.geomean_us)
+    assert (s.dir / "artifacts" / "1" / "again_eval.json").exists()
+    stages = [e.detail for e in items if isinstance(e, ev.EvalProgress) and e.stage == "verify"]
+    assert stages == ["apparent win: re-timing the head", "apparent win: re-timing the candidate"]
+    check_record(s)
+
+
+@pytest.mark.slow
+def test_a_candidate_that_fails_when_timed_again_is_not_a_win(tmp_path: Path, monkeypatch):
+    timed, items, s = _run_with_timings(tmp_path, monkeypatch, second_fails=True)
+    commit = of_type(items, ev.AttemptCommitted)[-1]
+    assert timed == ["candidate.py", "head.py", "candidate.py"], timed
+    assert commit.verdict == "failed" and "timed again, it failed: wrong: matrix 3" in commit.reason, commit.reason
+    check_record(s)
