@@ -52,8 +52,10 @@ class Judgement:
 
 
 def judge(ok: bool, error: str, new_us: float | None, new_se: float | None,
-          head_us: float | None, head_se: float | None) -> Judgement:
-    """Accepted when correct and faster than the head by more than the noise (1% or 2 SE of the two)."""
+          head_us: float | None, head_se: float | None, spread: float = 0.0) -> Judgement:
+    """Accepted when correct and faster than the head by more than the noise: 1%, 2 SE of the two,
+    or `spread`, how far two timings of the same candidate fell apart (run-to-run noise that no
+    one run's standard error shows)."""
     if not ok:
         return Judgement("failed", error or "evaluation failed")
     if not new_us:
@@ -61,7 +63,7 @@ def judge(ok: bool, error: str, new_us: float | None, new_se: float | None,
     if not head_us:
         return Judgement("accepted", "first correct measurement on this branch")
     noise = NOISE_SIGMAS * math.sqrt((new_se or 0.0) ** 2 + (head_se or 0.0) ** 2)
-    threshold = max(NOISE_FLOOR * head_us, noise)
+    threshold = max(NOISE_FLOOR * head_us, noise, spread)
     gain = head_us - new_us
     if gain > threshold:
         return Judgement("accepted", f"{100 * gain / head_us:.1f}% faster than the head's {head_us:.2f} µs "

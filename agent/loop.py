@@ -326,14 +326,18 @@ class Agent:
                 self.write_artifact(head, f.parent_code)
                 self.emit(ev.EvalProgress(iteration=f.iteration, branch=f.branch, stage="verify",
                                           detail="apparent win: re-timing the head"))
-                f.head_result = evaluate(head, self.task, self.eval_options(f.gpu), cancel=f.cancel)
+                # the two re-timings draw the same inputs (a nonce neither process knows before it
+                # runs): a time that depends on the draw, e.g. how many matrices take a fallback
+                # path, then cancels out of the comparison
+                paired = self.eval_options(f.gpu, nonce=int.from_bytes(os.urandom(8), "little"))
+                f.head_result = evaluate(head, self.task, paired, cancel=f.cancel)
                 if self._still_wins(f):
                     # ... and the candidate again: it was picked for a fast first timing, which is
                     # biased low (a lucky draw would let noise in too); a second one is not picked
                     self.emit(ev.EvalProgress(iteration=f.iteration, branch=f.branch, stage="verify",
                                               detail="apparent win: re-timing the candidate"))
                     f.again_result = evaluate(self.session.artifacts / str(f.iteration) / "candidate.py", self.task,
-                                              self.eval_options(f.gpu), cancel=f.cancel)
+                                              paired, cancel=f.cancel)
         finally:
             f.done.set()
 
@@ -355,9 +359,9 @@ class Agent:
         return judge(True, "", r.geomean_us, geomean_se(r.to_json().get("cases", [])), h.geomean_us,
                      geomean_se(h.to_json().get("cases", []))).verdict == "accepted"
 
-    def eval_options(self, gpu: int | None) -> EvalOptions:
+    def eval_options(self, gpu: int | None, nonce: int | None = None) -> EvalOptions:
         return EvalOptions(mode=self.cfg.eval_mode, device=self.device, gpu=gpu, stage_timeout=self.cfg.stage_timeout,
-                           prestart=True)
+                           prestart=True, nonce=nonce)
 
     def _collect(self, block: bool, abort: threading.Event | None = None) -> None:
         """Commit every finished evaluation; with `block`, first wait for one (watching for aborts)."""
@@ -415,7 +419,7 @@ class Agent:
                 retimed = f"; the head re-timed at {h.geomean_us:.2f} µs (recorded {b.best_us:.2f} µs)"
             else:
                 retimed = f"; re-timing the head failed ({h.error_class}: {h.message}), judged on its recorded time"
-        ok, new_us, benchmarks = r.ok and not aborted, r.geomean_us, r.benchmarks
+        ok, new_us, benchmarks, spread = r.ok and not aborted, r.geomean_us, r.benchmarks, 0.0
         a = f.again_result
         if a is not None and ok:
             aj = a.to_json()
@@ -423,12 +427,14 @@ class Agent:
                                 json.dumps(aj, indent=1, default=str))
             if a.ok and a.geomean_us:
                 # the second timing is the one judged and recorded: the first was picked for being fast
-                retimed += f"; the candidate re-timed at {a.geomean_us:.2f} µs (first {r.geomean_us:.2f} µs)"
+                retimed += (f"; the candidate re-timed at {a.geomean_us:.2f} µs on the head's inputs "
+                            f"(first {r.geomean_us:.2f} µs)")
                 new_us, se, benchmarks = a.geomean_us, geomean_se(aj.get("cases", [])), a.benchmarks
+                spread = abs(a.geomean_us - r.geomean_us)  # the same code twice: the noise between runs
                 speedup = base / new_us if base else None
             else:  # correct once, then not (or crashed): a flaky candidate is not a win
                 ok, error = False, f"timed again, it failed: {a.error_class}: {a.message}"
-        verdict = judge(ok, error, new_us, se, head_us, head_se)
+        verdict = judge(ok, error, new_us, se, head_us, head_se, spread)
         verdict.reason += retimed
         cases = [CaseLine(_label(c.spec), c.mean_us, c.stderr_us) for c in benchmarks]
         self.commit(f, verdict.verdict, verdict.reason, ok=ok, error=error,

@@ -36,6 +36,9 @@ def test_judge_needs_1_percent_or_2_standard_errors():
     assert judge(True, "", 120.0, 0.0, 100.0, 0.0).reason.startswith("120.00 µs is slower")
     assert judge(False, "wrong: mismatch", None, None, 100.0, 0.0).verdict == "failed"
     assert judge(True, "", 500.0, None, None, None).verdict == "accepted"    # an unmeasured head: any pass wins
+    # two timings of the candidate 4 µs apart: a 3% gain is within that run-to-run noise
+    assert judge(True, "", 97.0, 0.0, 100.0, 0.0, spread=4.0).verdict == "rejected"
+    assert judge(True, "", 95.0, 0.0, 100.0, 0.0, spread=4.0).verdict == "accepted"
 
 
 def test_geomean_se_from_per_case_stderr():

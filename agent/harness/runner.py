@@ -42,7 +42,7 @@ class EvalOptions:
     device: str = "auto"           # auto | cpu | cuda
     gpu: int | None = None         # index into the machine's GPUs; None = the first
     stage_timeout: float | None = None  # one limit for every stage; None = the task's limits
-    nonce: int | None = None       # fixes the input seeds (tests only); None = fresh per evaluation
+    nonce: int | None = None       # fixes the input seeds (tests; the loop's paired re-timings); None = fresh
     prestart: bool = False         # keep a worker started for the next evaluation (the agent loop)
 
 
