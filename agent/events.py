@@ -187,6 +187,8 @@ class AttemptCommitted(Event):
     reason: str = ""         # why rejected/failed, in one line
     ref: str = ""            # the branch ref, or refs/attempts/<iteration>
     geomean_se_us: float | None = None
+    head_us: float | None = None     # the head re-timed by verify (a fresher time than the one on record)
+    head_se_us: float | None = None
 
 
 # -- steering ------------------------------------------------------------------------------

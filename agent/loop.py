@@ -437,8 +437,9 @@ class Agent:
         verdict = judge(ok, error, new_us, se, head_us, head_se, spread)
         verdict.reason += retimed
         cases = [CaseLine(_label(c.spec), c.mean_us, c.stderr_us) for c in benchmarks]
+        fresh = (head_us, head_se) if h is not None and h.ok and h.geomean_us else None
         self.commit(f, verdict.verdict, verdict.reason, ok=ok, error=error,
-                    geomean=new_us, se=se, speedup=speedup, cases=cases)
+                    geomean=new_us, se=se, speedup=speedup, cases=cases, head=fresh)
 
     def _after_failed_proposal(self, f: Flight) -> None:
         p = f.proposal
@@ -459,7 +460,7 @@ class Agent:
 
     def commit(self, f: Flight, verdict: str, reason: str, ok: bool, error: str, geomean: float | None = None,
                se: float | None = None, speedup: float | None = None, cases: list[CaseLine] | None = None,
-               code: str | None = None) -> None:
+               code: str | None = None, head: tuple[float, float | None] | None = None) -> None:
         assert self.repo is not None
         summary = f.proposal.summary or f"{self.proposer.name}: no proposal ({f.proposal.error or 'no code'})"
         record = AttemptRecord(summary=summary, iteration=f.iteration,
@@ -482,7 +483,8 @@ class Agent:
         self.write_artifact(self.session.artifacts / str(f.iteration) / "diff.patch", self.repo.diff(f.parent, sha))
         self.emit(ev.AttemptCommitted(iteration=f.iteration, branch=f.branch, sha=sha, parent_sha=f.parent,
                                       verdict=verdict, summary=f.proposal.summary, geomean_us=geomean,
-                                      speedup=speedup, reason=reason, ref=ref, geomean_se_us=se))
+                                      speedup=speedup, reason=reason, ref=ref, geomean_se_us=se,
+                                      head_us=head[0] if head else None, head_se_us=head[1] if head else None))
         if verdict == "accepted":
             self.repo.show(f.branch)
         b = self.state.branches.get(f.branch)

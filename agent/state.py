@@ -272,6 +272,8 @@ class SessionState:
                 b.history.append((e.iteration, e.geomean_us))
         else:
             b.since_gain += 1
+            if e.head_us:  # verify re-timed the head: later attempts are judged against that time
+                b.best_us, b.best_se_us = e.head_us, e.head_se_us
         self.activity = f"#{e.iteration} {e.branch}: {e.verdict}"
 
     def _on_steering_received(self, e: ev.SteeringReceived) -> None:

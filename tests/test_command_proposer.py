@@ -162,7 +162,9 @@ def test_a_win_over_a_head_measured_slow_by_chance_is_re_timed_and_rejected(tmp_
     assert (s.dir / "artifacts" / "1" / "head_eval.json").exists()
     at = next(k for k, e in enumerate(items) if isinstance(e, ev.EvalProgress) and e.stage == "verify")
     assert fold(items[:at + 1]).activity == "#1 tiny/noisy: apparent win: re-timing the head"
-    check_record(s)
+    st = check_record(s)
+    # the fresh head time replaces the slow one on record: the next attempt is judged against it
+    assert commit.head_us == first[0] and st.branches["tiny/noisy"].best_us == commit.head_us < 0.5 * seed.geomean_us
 
 
 # The other half of the winner's curse: the head is measured fairly, but the candidate's first
