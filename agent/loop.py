@@ -345,8 +345,7 @@ class Agent:
         r, b = f.result, self.state.branches.get(f.branch)
         if r is None or not r.ok or f.cancel.is_set() or not f.parent_code or b is None or not b.best_us:
             return False
-        se = geomean_se(r.to_json().get("cases", []))
-        return judge(True, "", r.geomean_us, se, b.best_us, b.best_se_us).verdict == "accepted"
+        return self._first_beats(f, b.best_us, b.best_se_us)
 
     def _still_wins(self, f: Flight) -> bool:
         """The first timing still beats the re-timed head (a re-timing that failed counts as a win here:
@@ -356,8 +355,14 @@ class Agent:
             return False
         if not h.ok or not h.geomean_us:
             return True
-        return judge(True, "", r.geomean_us, geomean_se(r.to_json().get("cases", [])), h.geomean_us,
-                     geomean_se(h.to_json().get("cases", []))).verdict == "accepted"
+        return self._first_beats(f, h.geomean_us, geomean_se(h.to_json().get("cases", [])))
+
+    @staticmethod
+    def _first_beats(f: Flight, head_us: float, head_se: float | None) -> bool:
+        r = f.result
+        assert r is not None
+        se = geomean_se(r.to_json().get("cases", []))
+        return judge(True, "", r.geomean_us, se, head_us, head_se).verdict == "accepted"
 
     def eval_options(self, gpu: int | None, nonce: int | None = None) -> EvalOptions:
         return EvalOptions(mode=self.cfg.eval_mode, device=self.device, gpu=gpu, stage_timeout=self.cfg.stage_timeout,

@@ -230,7 +230,7 @@ class SessionState:
         self.activity = f"#{e.iteration} {e.branch}: " + ("evaluating" if e.ok else f"proposal failed: {e.error}")
 
     def _on_eval_progress(self, e: ev.EvalProgress) -> None:
-        if e.stage == "verify":  # the head timed again before a win is accepted
+        if e.stage == "verify":  # the head, then the candidate, timed again before a win is accepted
             self.activity = f"#{e.iteration} {e.branch}: {e.detail or 'verifying'}"
             return
         self.activity = f"#{e.iteration} {e.branch}: evaluating {e.stage}" + (f" {e.detail}" if e.detail else "")
