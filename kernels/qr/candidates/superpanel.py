@@ -45,7 +45,7 @@ CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "bf1
           "graph_max_elems": 67108864, "trail": "triton",
           "lookahead_elems": 33554432, "tall": "grid", "chol_rel": 1e-12, "chol_orth": 0.1,
           "chol_rows": 1024, "chol_warps": 8,
-          "grid_rows": 64, "grid_spin": 4194304, "bf16_min_n": 256, "rev_rows": True}
+          "grid_rows": 64, "grid_spin": 4194304, "bf16_min_n": 256, "rev_rows": True, "small_nb": 16}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
          "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
          "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "panel_epw": [512, 1024, 2048, 4096],
@@ -55,7 +55,7 @@ SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 327
          "chol_rel": [1e-14, 1e-12, 1e-10], "chol_orth": [0.01, 0.1, 0.5], "chol_rows": [1024, 2048, 3072],
          "chol_warps": [2, 4, 8], "grid_rows": [32, 64, 128, 256],
          "grid_spin": [1048576, 4194304], "bf16_min_n": [128, 256, 512],
-         "rev_rows": [False, True]}
+         "rev_rows": [False, True], "small_nb": [0, 8, 16, 32]}
 # host-side counts: CholeskyQR2 and grid outer panels launched (a captured graph counts once), and
 # matrices refactored by Householder after such a panel rejected them (or its barrier timed out)
 STATS = {"cholqr_panels": 0, "grid_panels": 0, "fallback": 0}
@@ -249,6 +249,20 @@ if triton is not None:
             _panel(A, TAU, TWN, TAU, b, n, k1, nb1, stride_b, 0, 0, 0, BM, NB, NBT, True, False)
         else:
             _apply(A, TWP, b, n, k0, nb, k1 + nb1 + (cb - 1) * BN, n, stride_b, NBT, BN, BK, PREC)
+
+    @triton.jit
+    def _small_kernel(A, TAU, TW, n, BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr):
+        """A whole small matrix per program, in one launch: panels of NB columns factored in
+        registers, each applied by the same program to the columns right of it (T through TW,
+        the data through L1/L2). Each column's tile work is NB wide, not BM."""
+        b = tl.program_id(0).to(tl.int64)
+        for k0 in range(0, n, NB):
+            nb = tl.minimum(NB, n - k0)
+            _panel(A, TAU, TW, TAU, b, n, k0, nb, n * n, 0, 0, 0, BM, NB, NBT, True, False)
+            if k0 + nb < n:
+                tl.debug_barrier()  # the panel's stores (and T's) before the update loads them
+                _apply(A, TW, b, n, k0, nb, k0 + nb, n, n * n, NBT, BM, BM, "ieee")
+                tl.debug_barrier()  # the update's stores before the next panel loads them
 
     @triton.jit
     def _load_v(base, rows, rlim, n, pc, kk, nb):
@@ -578,12 +592,61 @@ def _update(a, t, nbt, k0, nb, cend, cfg, wb, bn, warps):
                       PREC=_prec(cfg, n), num_warps=warps)
 
 
+_COMPILED, _SCRATCH = {}, {}
+
+
+def _launch(kernel, grid, args, warps):
+    """kernel[grid](*args, num_warps=warps), every parameter positional (constexprs too).
+
+    On a GPU, once Triton has bound and compiled a launch, later launches with the same key go to
+    the compiled kernel directly, past Triton's per-launch argument binding: a 20x32 call is a
+    ~17 us kernel, so host time per call decides its timing. The key holds every non-tensor
+    argument and the tensors' dtypes; Triton also specializes pointers on 16-byte alignment, so
+    a misaligned tensor takes the ordinary launch."""
+    tensors = [x for x in args if isinstance(x, torch.Tensor)]
+    if not tensors[0].is_cuda or any(x.data_ptr() % 16 for x in tensors):
+        return kernel[grid](*args, num_warps=warps)
+    key = (kernel, grid, warps, tensors[0].device,
+           tuple(x.dtype if isinstance(x, torch.Tensor) else x for x in args))
+    run = _COMPILED.get(key)
+    if run is None:
+        compiled = kernel[grid](*args, num_warps=warps)
+        g3 = tuple(grid) + (1,) * (3 - len(grid))
+        _COMPILED[key] = run = compiled[g3] if hasattr(compiled, "__getitem__") else False
+        return
+    if run is False:  # a Triton whose launch returns no compiled kernel: always the ordinary way
+        return kernel[grid](*args, num_warps=warps)
+    run(*args)
+
+
+def _scratch(device, b, nbt):
+    """T of the small kernel's panels: b x nbt x nbt floats, kept per shape (only the launch that
+    writes it reads it, in stream order)."""
+    key = (device, b, nbt)
+    if key not in _SCRATCH:
+        _SCRATCH[key] = torch.zeros(b, nbt, nbt, dtype=torch.float32, device=device)
+    return _SCRATCH[key]
+
+
+def _factor_small(a, tau, cfg):
+    """n <= small_max: the whole factorization in one launch, one program per matrix, in panels
+    of small_nb columns (0: one panel as wide as the matrix)."""
+    b, n, _ = a.shape
+    np2 = max(16, _pow2(n))
+    nb = min(np2, int(cfg["small_nb"]) or np2)
+    if nb >= np2:
+        _launch(_panel_kernel, (b,), (a, tau, tau, tau, n, 0, n, n * n, 0, 0, 0, np2, np2, 16, False, False),
+                _warps(np2 * np2, cfg["panel_epw"]))
+        return
+    nbt = max(16, nb)
+    _launch(_small_kernel, (b,), (a, tau, _scratch(a.device, b, nbt), n, np2, nb, nbt),
+            _warps(np2 * nb, cfg["panel_epw"]))
+
+
 def _factor_triton(a, tau, cfg, ws):
     b, n, _ = a.shape
     if n <= cfg["small_max"]:
-        np2 = max(16, _pow2(n))
-        _panel_kernel[(b,)](a, tau, tau, tau, n, 0, n, n * n, 0, 0, 0, BM=np2, NB=np2, NBT=16, WRITE_T=False,
-                            WRITE_V=False, num_warps=_warps(np2 * np2, cfg["panel_epw"]))
+        _factor_small(a, tau, cfg)
         return
     twi, two, gb, wb, vb, twi2, grid, bad = ws
     nbt, wt = twi.shape[-1], two.shape[-1]

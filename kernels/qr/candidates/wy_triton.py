@@ -31,12 +31,13 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
 
 CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "bf16x3", "bn": 64, "bk": 32,
           "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 67108864, "trail": "triton",
-          "bf16_min_n": 256, "rev_rows": True}
+          "bf16_min_n": 256, "rev_rows": True, "small_nb": 16}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
          "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
          "panel_epw": [512, 1024, 2048, 4096],
          "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
-         "bf16_min_n": [128, 256, 512], "rev_rows": [False, True]}
+         "bf16_min_n": [128, 256, 512], "rev_rows": [False, True],
+         "small_nb": [0, 8, 16, 32]}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -49,7 +50,14 @@ if triton is not None:
     def _panel_kernel(A, TAU, TW, VB, n, k0, nb, stride_b, stride_vb,
                       BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr, WRITE_T: tl.constexpr,
                       WRITE_V: tl.constexpr):
-        """Householder QR of rows k0.., columns k0..k0+nb of one matrix, in registers; T too.
+        """One program per matrix: _panel."""
+        _panel(A, TAU, TW, VB, tl.program_id(0).to(tl.int64), n, k0, nb, stride_b, stride_vb, BM, NB, NBT, WRITE_T,
+               WRITE_V)
+
+    @triton.jit
+    def _panel(A, TAU, TW, VB, b, n, k0, nb, stride_b, stride_vb,
+               BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr):
+        """Householder QR of rows k0.., columns k0..k0+nb of matrix b, in registers; T too.
 
         With WRITE_V the reflectors also go to VB as a dense (n - k0) x NBT matrix per matrix (unit
         diagonal, zeros above), which the cuBLAS trailing update reads.
@@ -57,7 +65,6 @@ if triton is not None:
         Per column: one fused block reduction (alpha, sum of squares, max) and one for w = v'P;
         the norm is rescaled by max|x| only when the plain sum of squares could have lost range.
         """
-        b = tl.program_id(0).to(tl.int64)
         base = A + b * stride_b
         rows = tl.arange(0, BM)
         cols = tl.arange(0, NB)
@@ -145,13 +152,18 @@ if triton is not None:
     @triton.jit
     def _trail_kernel(A, TW, n, k0, nb, cend, stride_b,
                       NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, REV: tl.constexpr):
-        """C = A[k0:, c0:c0+BN] (columns < cend) of one matrix: C -= V (T' (V' C)), V the panel's reflectors.
+        """The panel's trailing update, _apply to column block program_id(0) of matrix program_id(1).
 
         Grid (column blocks, matrices): one matrix's blocks are neighbours in launch order, so they
         run together and read its V from L2 rather than HBM."""
-        b = tl.program_id(1).to(tl.int64)
+        _apply(A, TW, tl.program_id(1).to(tl.int64), n, k0, nb, k0 + nb + tl.program_id(0) * BN, cend, stride_b,
+               NBT, BN, BK, PREC, REV)
+
+    @triton.jit
+    def _apply(A, TW, b, n, k0, nb, c0, cend, stride_b,
+               NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, REV: tl.constexpr):
+        """C = A[k0:, c0:c0+BN] (columns < cend) of matrix b: C -= V (T' (V' C)), V the panel's reflectors."""
         base = A + b * stride_b
-        c0 = k0 + nb + tl.program_id(0) * BN
         cols = c0 + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
         pc = k0 + kk
@@ -182,6 +194,22 @@ if triton is not None:
             tl.store(cp, c, mask=cm)
 
 
+if triton is not None:
+    @triton.jit
+    def _small_kernel(A, TAU, TW, n, BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr):
+        """A whole small matrix per program, in one launch: panels of NB columns factored in
+        registers, each applied by the same program to the columns right of it (T through TW,
+        the data through L1/L2). Each column's tile work is NB wide, not BM."""
+        b = tl.program_id(0).to(tl.int64)
+        for k0 in range(0, n, NB):
+            nb = tl.minimum(NB, n - k0)
+            _panel(A, TAU, TW, TAU, b, n, k0, nb, n * n, 0, BM, NB, NBT, True, False)
+            if k0 + nb < n:
+                tl.debug_barrier()  # the panel's stores (and T's) before the update loads them
+                _apply(A, TW, b, n, k0, nb, k0 + nb, n, n * n, NBT, BM, BM, "ieee", False)
+                tl.debug_barrier()  # the update's stores before the next panel loads them
+
+
 def _prec(cfg, n):
     """The update dots' precision for n x n matrices, as the kernels take it. bf16x3 (~2^-17
     relative per product) only where n >= bf16_min_n: the checker allows 20 n eps32, so small n
@@ -206,13 +234,62 @@ def _warps(elems, per_warp):
     return 1 << (w.bit_length() - 1)
 
 
+_COMPILED, _SCRATCH = {}, {}
+
+
+def _launch(kernel, grid, args, warps):
+    """kernel[grid](*args, num_warps=warps), every parameter positional (constexprs too).
+
+    On a GPU, once Triton has bound and compiled a launch, later launches with the same key go to
+    the compiled kernel directly, past Triton's per-launch argument binding: a 20x32 call is a
+    ~17 us kernel, so host time per call decides its timing. The key holds every non-tensor
+    argument and the tensors' dtypes; Triton also specializes pointers on 16-byte alignment, so
+    a misaligned tensor takes the ordinary launch."""
+    tensors = [x for x in args if isinstance(x, torch.Tensor)]
+    if not tensors[0].is_cuda or any(x.data_ptr() % 16 for x in tensors):
+        return kernel[grid](*args, num_warps=warps)
+    key = (kernel, grid, warps, tensors[0].device,
+           tuple(x.dtype if isinstance(x, torch.Tensor) else x for x in args))
+    run = _COMPILED.get(key)
+    if run is None:
+        compiled = kernel[grid](*args, num_warps=warps)
+        g3 = tuple(grid) + (1,) * (3 - len(grid))
+        _COMPILED[key] = run = compiled[g3] if hasattr(compiled, "__getitem__") else False
+        return
+    if run is False:  # a Triton whose launch returns no compiled kernel: always the ordinary way
+        return kernel[grid](*args, num_warps=warps)
+    run(*args)
+
+
+def _scratch(device, b, nbt):
+    """T of the small kernel's panels: b x nbt x nbt floats, kept per shape (only the launch that
+    writes it reads it, in stream order)."""
+    key = (device, b, nbt)
+    if key not in _SCRATCH:
+        _SCRATCH[key] = torch.zeros(b, nbt, nbt, dtype=torch.float32, device=device)
+    return _SCRATCH[key]
+
+
+def _factor_small(a, tau, cfg):
+    """n <= small_max: the whole factorization in one launch, one program per matrix, in panels
+    of small_nb columns (0: one panel as wide as the matrix)."""
+    b, n, _ = a.shape
+    np2 = max(16, _pow2(n))
+    nb = min(np2, int(cfg["small_nb"]) or np2)
+    if nb >= np2:
+        _launch(_panel_kernel, (b,), (a, tau, tau, tau, n, 0, n, n * n, 0, np2, np2, 16, False, False),
+                _warps(np2 * np2, cfg["panel_epw"]))
+        return
+    nbt = max(16, nb)
+    _launch(_small_kernel, (b,), (a, tau, _scratch(a.device, b, nbt), n, np2, nb, nbt),
+            _warps(np2 * nb, cfg["panel_epw"]))
+
+
 def _factor_triton(a, tau, cfg, tw, vb=None):
     """The blocked factorization; vb (b x n*NBT) given: trailing updates by cuBLAS GEMMs."""
     b, n, _ = a.shape
     if n <= cfg["small_max"]:
-        np2 = max(16, _pow2(n))
-        _panel_kernel[(b,)](a, tau, tau, tau, n, 0, n, n * n, 0, BM=np2, NB=np2, NBT=16, WRITE_T=False,
-                            WRITE_V=False, num_warps=_warps(np2 * np2, cfg["panel_epw"]))
+        _factor_small(a, tau, cfg)
         return
     nbt = tw.shape[-1]
     k0 = 0

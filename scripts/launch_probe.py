@@ -1,0 +1,112 @@
+"""Where a small-n call's time goes, on a GPU: host time, kernel time, and the harness's reading.
+
+    python3 scripts/launch_probe.py [--batch 20 --n 32] [--families superpanel,wy_triton]
+
+For each family and small-path variant (small_nb, and Triton's ordinary launch against the cached
+compiled kernel) it prints three numbers, µs per call:
+- host: the issue rate of custom_kernel on one input, 300 calls with no synchronization inside
+  (below the GPU's queue depth, so the host is never held back by the GPU);
+- gpu: 50 factorizations replayed from one CUDA graph, so no host time is in it;
+- harness: as GPU MODE times it, 50 fresh clones between two events after an L2 flush; the
+  median over 30 repeats, and the spread (min..max).
+The call is host-bound when host > gpu; then the harness reads about host.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "kernels" / "qr"), str(ROOT / "scripts")]
+import reference  # noqa: E402
+from qr_families import load_candidate  # noqa: E402
+
+
+def host_us(fn, calls=300):
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    dt = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return dt / calls * 1e6
+
+
+def gpu_us(mod, inputs):
+    cfg = dict(mod.CONFIG)
+    work = [x.clone() for x in inputs]
+    taus = [torch.empty(x.shape[0], x.shape[1], device=x.device) for x in inputs]
+    for a, t in zip(work, taus):  # compile outside the capture
+        mod._factor_small(a, t, cfg)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for a, t in zip(work, taus):
+            mod._factor_small(a, t, cfg)
+    graph.replay()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(10):
+        graph.replay()
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1) * 1e3 / (10 * len(inputs))
+
+
+def harness_us(mod, inputs, repeats=30):
+    flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
+    times = []
+    for r in range(repeats):
+        copies = [x.clone() for x in inputs]
+        flush.fill_(r)
+        torch.cuda.synchronize()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for c in copies:
+            mod.custom_kernel(c)
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) * 1e3 / len(copies))
+    return statistics.median(times), min(times), max(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--n", type=int, default=32)
+    ap.add_argument("--families", default="superpanel,wy_triton")
+    ap.add_argument("--small-nb", default="0,8,16,32")
+    args = ap.parse_args()
+    inputs = [reference.generate_input(args.batch, args.n, 1, 5000 + i) for i in range(50)]
+    x = inputs[0].clone()
+    print(f"{args.batch}x{args.n}  torch {torch.__version__}  {torch.cuda.get_device_name()}")
+    print(f"host torch.empty({args.batch},{args.n}): {host_us(lambda: torch.empty(args.batch, args.n, device='cuda')):.2f} us")
+    print(f"{'variant':<34}{'host':>8}{'gpu':>8}{'harness':>9}  spread")
+    for fam in filter(None, args.families.split(",")):
+        for nb in (int(s) for s in args.small_nb.split(",")):
+            for fast in (True, False):
+                mod = load_candidate(ROOT / "kernels" / "qr" / "candidates" / f"{fam}.py", f"{fam}_{nb}_{fast}")
+                mod.CONFIG["small_nb"] = nb
+                if not fast:
+                    mod._launch = lambda kernel, grid, a, warps: kernel[grid](*a, num_warps=warps)
+                ok, msg = reference.check_implementation(inputs[1], mod.custom_kernel(inputs[1].clone()))
+                if not ok:
+                    print(f"{fam} small_nb={nb}: FAILED {msg}")
+                    continue
+                h = host_us(lambda: mod.custom_kernel(x))
+                g = gpu_us(mod, inputs)
+                med, lo, hi = harness_us(mod, inputs)
+                label = f"{fam} small_nb={nb} {'cached' if fast else 'triton'}"
+                print(f"{label:<34}{h:>8.2f}{g:>8.2f}{med:>9.2f}  {lo:.2f}..{hi:.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
