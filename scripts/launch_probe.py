@@ -2,10 +2,10 @@
 
     python3 scripts/launch_probe.py [--batch 20 --n 32] [--families superpanel,wy_triton]
 
-For each family and small-path variant (small_nb, and Triton's ordinary launch against the cached
-compiled kernel) it prints three numbers, µs per call:
-- host: the issue rate of custom_kernel on one input, 300 calls with no synchronization inside
-  (below the GPU's queue depth, so the host is never held back by the GPU);
+For each family and small-path variant (small_nb; each call through Triton's launch, or the
+cached compiled kernel) it prints three numbers, µs per call:
+- host: the issue rate of custom_kernel on one input, the fewest µs a call over 20 runs of 100
+  calls with no synchronization inside (then, for small_nb=0, the same for its pieces);
 - gpu: 50 factorizations replayed from one CUDA graph, so no host time is in it;
 - harness: as GPU MODE times it, 50 fresh clones between two events after an L2 flush; the
   median over 30 repeats, and the spread (min..max).
@@ -27,15 +27,38 @@ import reference  # noqa: E402
 from qr_families import load_candidate  # noqa: E402
 
 
-def host_us(fn, calls=300):
+def host_us(fn, calls=100, batches=20):
+    """Fewest µs a call over `batches` runs of `calls` calls (below the GPU's queue depth, so the
+    host is never held back by the GPU; the minimum drops the host's own jitter)."""
     fn()
+    best = float("inf")
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.perf_counter() - t0)
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    dt = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return dt / calls * 1e6
+    return best / calls * 1e6
+
+
+def breakdown(mod, x):
+    """Host µs of the pieces of one small call (superpanel or wy_triton internals)."""
+    b, n = x.shape[0], x.shape[-1]
+    tau = torch.empty(b, n, device=x.device)
+    kernel, grid, args, warps = mod._small_launch(x, tau, dict(mod.CONFIG))
+    compiled = kernel[grid](*args, num_warps=warps)
+    runner = compiled[(grid[0], 1, 1)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernel[grid](*args, num_warps=warps)
+    rows = [("torch.empty", lambda: torch.empty(b, n, device=x.device)),
+            ("Triton launch", lambda: kernel[grid](*args, num_warps=warps)),
+            ("compiled runner", lambda: runner(*args)),
+            ("graph.replay (1 kernel)", graph.replay),
+            ("custom_kernel", lambda: mod.custom_kernel(x))]
+    for label, fn in rows:
+        print(f"  host {label:<26}{host_us(fn):>8.2f} us", flush=True)
 
 
 def gpu_us(mod, inputs):
@@ -95,7 +118,12 @@ def main() -> int:
                 mod = load_candidate(ROOT / "kernels" / "qr" / "candidates" / f"{fam}.py", f"{fam}_{nb}_{fast}")
                 mod.CONFIG["small_nb"] = nb
                 if not fast:
-                    mod._launch = lambda kernel, grid, a, warps: kernel[grid](*a, num_warps=warps)
+                    class Ordinary(mod._Small):
+                        def __call__(self, a):
+                            tau = torch.empty(a.shape[0], a.shape[1], device=a.device)
+                            mod._factor_small(a, tau, self.cfg)
+                            return a, tau
+                    mod._Small = Ordinary
                 ok, msg = reference.check_implementation(inputs[1], mod.custom_kernel(inputs[1].clone()))
                 if not ok:
                     print(f"{fam} small_nb={nb}: FAILED {msg}")
@@ -105,6 +133,8 @@ def main() -> int:
                 med, lo, hi = harness_us(mod, inputs)
                 label = f"{fam} small_nb={nb} {'cached' if fast else 'triton'}"
                 print(f"{label:<34}{h:>8.2f}{g:>8.2f}{med:>9.2f}  {lo:.2f}..{hi:.2f}", flush=True)
+                if fast and nb == 0:
+                    breakdown(mod, x)
     return 0
 
 

@@ -53,6 +53,8 @@ def special_inputs(device, sizes=(1, 5, 40, 300)):
         scales = torch.tensor([1e-30, 1.0, 1e30], device=device).view(3, 1, 1)
         out.append((f"batch-of-1e-30/1/1e30 n={n}", randn(3, n, n) * scales))
         out.append((f"non-contiguous n={n}", randn(2, n, n).transpose(1, 2)))
+        # contiguous, but 4 bytes past an aligned address (Triton specializes on 16-byte alignment)
+        out.append((f"misaligned-view n={n}", randn(2 * n * n + 1)[1:].view(2, n, n)))
         out.append((f"batch-1 n={n}", randn(1, n, n)))
         first_zero = randn(2, n, n)
         first_zero[:, :, 0] = 0

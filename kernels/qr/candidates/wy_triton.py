@@ -31,7 +31,7 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
 
 CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "bf16x3", "bn": 64, "bk": 32,
           "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 67108864, "trail": "triton",
-          "bf16_min_n": 256, "rev_rows": True, "small_nb": 16}
+          "bf16_min_n": 256, "rev_rows": True, "small_nb": 0}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
          "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
          "panel_epw": [512, 1024, 2048, 4096],
@@ -73,6 +73,14 @@ if triton is not None:
         ptrs = base + (k0 + rows)[:, None] * n + (k0 + cols)[None, :]
         p = tl.load(ptrs, mask=mask, other=0.0)
         taus = tl.zeros([NB], dtype=tl.float32)
+        # Column c's final values are rebuilt after the loop from its state at step c, x (no later
+        # step touches it), and these: v = x / dn below the diagonal, beta on it. That saves a
+        # select per tile element per column. A column scaled by sc != 1 (tiny or huge) gets v in
+        # the loop instead, and dn = 1 here: T's V'v comes from the tile's x times 1 / dn, never
+        # from denormal x.
+        dns = tl.full([NB], 1.0, dtype=tl.float32)
+        rdns = tl.full([NB], 1.0, dtype=tl.float32)
+        betas = tl.zeros([NB], dtype=tl.float32)
         t = tl.zeros([NB, NB], dtype=tl.float32)
         tr = tl.arange(0, NB)
         for j in range(0, nb):
@@ -85,7 +93,8 @@ if triton is not None:
             # The reflector is computed from x / sc, so v, tau and beta / sc are O(1) whatever the
             # column's scale (rounding-noise columns shrink toward denormals in rank-deficient
             # matrices); sc = 1 when the plain sum of squares is safe.
-            if (ssq < 1e-20) | (ssq > 1e30) | (tl.abs(alpha) > 1e15):
+            scaled = (ssq < 1e-20) | (ssq > 1e30) | (tl.abs(alpha) > 1e15)
+            if scaled:
                 sc = tl.where(live, tl.maximum(amax, tl.abs(alpha)), 1.0)
                 xs = xb / sc
                 an = alpha / sc
@@ -101,17 +110,25 @@ if triton is not None:
             v = tl.where(below, (cj / sc) / dn, tl.where(rows == j, 1.0, 0.0))
             # w[c] = v' p[:, c]: the update of columns > j, and for c < j the column (V' v) of T
             w = tl.sum(v[:, None] * p, axis=0)
-            newc = tl.where(below, v, tl.where(rows == j, tl.where(live, beta, alpha), cj))
-            # columns > j get the rank-1 update, column j its final values: one FMA and one select
-            # per element (w is zeroed for columns <= j on the short vector, not on the tile)
+            # columns > j get the rank-1 update: one FMA per element (w is zeroed for columns <= j
+            # on the short vector, not on the tile)
             p = p - (tau * v)[:, None] * tl.where(cols > j, w, 0.0)[None, :]
-            p = tl.where(sel, newc[:, None], p)
-            taus = tl.where(cols == j, tau, taus)
+            onj = cols == j
+            taus = tl.where(onj, tau, taus)
+            betas = tl.where(onj, tl.where(live, beta, alpha), betas)
+            if scaled:
+                p = tl.where(sel, tl.where(below, v, cj)[:, None], p)
+            else:  # sc = 1: v = x / dn
+                dns = tl.where(onj, dn, dns)
+                if WRITE_T:
+                    rdns = tl.where(onj, 1.0 / dn, rdns)
             if WRITE_T:
-                g = tl.where(cols < j, w, 0.0)
+                g = tl.where(cols < j, w * rdns, 0.0)
                 tg = tl.sum(t * g[None, :], axis=1)
                 tcol = tl.where(tr < j, -tau * tg, tl.where(tr == j, tau, 0.0))
                 t = tl.where(sel, tcol[:, None], t)
+        rc = rows[:, None] - cols[None, :]
+        p = tl.where(rc > 0, p / dns[None, :], tl.where(rc == 0, betas[None, :], p))
         tl.store(ptrs, p, mask=mask)
         tl.store(TAU + b * n + k0 + cols, taus, mask=cols < nb)
         if WRITE_V:
@@ -234,55 +251,56 @@ def _warps(elems, per_warp):
     return 1 << (w.bit_length() - 1)
 
 
-_COMPILED, _SCRATCH = {}, {}
-
-
-def _launch(kernel, grid, args, warps):
-    """kernel[grid](*args, num_warps=warps), every parameter positional (constexprs too).
-
-    On a GPU, once Triton has bound and compiled a launch, later launches with the same key go to
-    the compiled kernel directly, past Triton's per-launch argument binding: a 20x32 call is a
-    ~17 us kernel, so host time per call decides its timing. The key holds every non-tensor
-    argument and the tensors' dtypes; Triton also specializes pointers on 16-byte alignment, so
-    a misaligned tensor takes the ordinary launch."""
-    tensors = [x for x in args if isinstance(x, torch.Tensor)]
-    if not tensors[0].is_cuda or any(x.data_ptr() % 16 for x in tensors):
-        return kernel[grid](*args, num_warps=warps)
-    key = (kernel, grid, warps, tensors[0].device,
-           tuple(x.dtype if isinstance(x, torch.Tensor) else x for x in args))
-    run = _COMPILED.get(key)
-    if run is None:
-        compiled = kernel[grid](*args, num_warps=warps)
-        g3 = tuple(grid) + (1,) * (3 - len(grid))
-        _COMPILED[key] = run = compiled[g3] if hasattr(compiled, "__getitem__") else False
-        return
-    if run is False:  # a Triton whose launch returns no compiled kernel: always the ordinary way
-        return kernel[grid](*args, num_warps=warps)
-    run(*args)
+_SCRATCH = {}
 
 
 def _scratch(device, b, nbt):
     """T of the small kernel's panels: b x nbt x nbt floats, kept per shape (only the launch that
-    writes it reads it, in stream order)."""
+    writes it reads it, and launches run in order)."""
     key = (device, b, nbt)
     if key not in _SCRATCH:
         _SCRATCH[key] = torch.zeros(b, nbt, nbt, dtype=torch.float32, device=device)
     return _SCRATCH[key]
 
 
-def _factor_small(a, tau, cfg):
-    """n <= small_max: the whole factorization in one launch, one program per matrix, in panels
-    of small_nb columns (0: one panel as wide as the matrix)."""
+def _small_launch(a, tau, cfg):
+    """(kernel, grid, args, warps) of the n <= small_max path: the whole factorization in one
+    launch, one program per matrix, in panels of small_nb columns (0: one panel as wide as n)."""
     b, n, _ = a.shape
     np2 = max(16, _pow2(n))
     nb = min(np2, int(cfg["small_nb"]) or np2)
+    tw = _scratch(a.device, b, max(16, nb))
     if nb >= np2:
-        _launch(_panel_kernel, (b,), (a, tau, tau, tau, n, 0, n, n * n, 0, np2, np2, 16, False, False),
-                _warps(np2 * np2, cfg["panel_epw"]))
-        return
-    nbt = max(16, nb)
-    _launch(_small_kernel, (b,), (a, tau, _scratch(a.device, b, nbt), n, np2, nb, nbt),
-            _warps(np2 * nb, cfg["panel_epw"]))
+        return _panel_kernel, (b,), (a, tau, tw, tw, n, 0, n, n * n, 0, np2, np2, 16, False, False), _warps(np2 * np2, cfg["panel_epw"])
+    return _small_kernel, (b,), (a, tau, tw, n, np2, nb, max(16, nb)), _warps(np2 * nb, cfg["panel_epw"])
+
+
+def _factor_small(a, tau, cfg):
+    kernel, grid, args, warps = _small_launch(a, tau, cfg)
+    kernel[grid](*args, num_warps=warps)
+
+
+class _Small:
+    """The n <= small_max path for one shape on a GPU, set up once. A 20x32 call is a ~17 us
+    kernel, so host time per call decides its timing: after the first call, which goes through
+    Triton's launch (binding, specialization, cache), each call allocates tau and launches the
+    compiled kernel directly. Triton specialized it on the first call's arguments; all but the
+    input and tau are fixed here, tau comes from torch's allocator (aligned), and an input that is
+    not 16-byte aligned (which Triton's pointer specialization assumes) takes Triton's launch."""
+
+    def __init__(self, cfg):
+        self.cfg, self.run, self.rest = cfg, None, ()
+
+    def __call__(self, a):
+        tau = torch.empty(a.shape[0], a.shape[1], dtype=a.dtype, device=a.device)
+        if self.run is not None and a.data_ptr() % 16 == 0:
+            self.run(a, tau, *self.rest)
+            return a, tau
+        kernel, grid, args, warps = _small_launch(a, tau, self.cfg)
+        compiled = kernel[grid](*args, num_warps=warps)
+        if self.run is None and a.data_ptr() % 16 == 0 and hasattr(compiled, "__getitem__"):
+            self.run, self.rest = compiled[(grid[0], 1, 1)], args[2:]
+        return a, tau
 
 
 def _factor_triton(a, tau, cfg, tw, vb=None):
@@ -397,7 +415,16 @@ class _Replay:
 _REPLAYS = {}
 
 
+_SMALLS = {}
+
+
 def custom_kernel(data):
+    if data.is_cuda and data.dtype == torch.float32 and data.dim() == 3 and data.is_contiguous():
+        # the small path's set-up, found with as little host work as possible
+        small = _SMALLS.get((data.device, data.shape[0], data.shape[2], CONFIG["small_max"], CONFIG["small_nb"],
+                             CONFIG["panel_epw"]))
+        if small is not None:
+            return small(data)
     cfg = dict(CONFIG)
     a = data if data.dtype == torch.float32 else data.float()
     a = a if a.is_contiguous() else a.contiguous()
@@ -409,6 +436,9 @@ def custom_kernel(data):
         _factor_torch(a, tau, max(1, min(cfg["nb"], n)))
         return a, tau
     multi = n > cfg["small_max"]
+    if a.is_cuda and not multi and triton is not None:
+        small = _SMALLS[(a.device, b, n, cfg["small_max"], cfg["small_nb"], cfg["panel_epw"])] = _Small(cfg)
+        return small(a)
     if a.is_cuda and multi and b * n * n <= cfg["graph_max_elems"]:
         key = (a.device, b, n)
         if key not in _REPLAYS:
