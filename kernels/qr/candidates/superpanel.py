@@ -269,6 +269,12 @@ if triton is not None:
             _apply(A, TWP, b, n, k0, nb, k1 + nb1 + (cb - 1) * BN, n, stride_b, NBT, BN, BK, PREC)
 
     @triton.jit
+    def _one_kernel(A, TAU, n, BM: tl.constexpr):
+        """A whole matrix (n <= BM) per program as one register panel: the small path's launch, with
+        few arguments (a launch's host time grows with them)."""
+        _panel(A, TAU, TAU, TAU, tl.program_id(0).to(tl.int64), n, 0, n, n * n, 0, 0, 0, BM, BM, 16, False, False)
+
+    @triton.jit
     def _small_kernel(A, TAU, TW, n, BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr):
         """A whole small matrix per program, in one launch: panels of NB columns factored in
         registers, each applied by the same program to the columns right of it (T through TW,
@@ -628,9 +634,9 @@ def _small_launch(a, tau, cfg):
     b, n, _ = a.shape
     np2 = max(16, _pow2(n))
     nb = min(np2, int(cfg["small_nb"]) or np2)
-    tw = _scratch(a.device, b, max(16, nb))
     if nb >= np2:
-        return _panel_kernel, (b,), (a, tau, tw, tw, n, 0, n, n * n, 0, 0, 0, np2, np2, 16, False, False), _warps(np2 * np2, cfg["panel_epw"])
+        return _one_kernel, (b,), (a, tau, n, np2), _warps(np2 * np2, cfg["panel_epw"])
+    tw = _scratch(a.device, b, max(16, nb))
     return _small_kernel, (b,), (a, tau, tw, n, np2, nb, max(16, nb)), _warps(np2 * nb, cfg["panel_epw"])
 
 
@@ -640,12 +646,13 @@ def _factor_small(a, tau, cfg):
 
 
 class _Small:
-    """The n <= small_max path for one shape on a GPU, set up once. A 20x32 call is a ~17 us
+    """The n <= small_max path for one shape on a GPU, set up once. A 20x32 call is a ~16 us
     kernel, so host time per call decides its timing: after the first call, which goes through
-    Triton's launch (binding, specialization, cache), each call allocates tau and launches the
-    compiled kernel directly. Triton specialized it on the first call's arguments; all but the
-    input and tau are fixed here, tau comes from torch's allocator (aligned), and an input that is
-    not 16-byte aligned (which Triton's pointer specialization assumes) takes Triton's launch."""
+    Triton's launch (binding, specialization, cache), each call allocates tau and calls the
+    compiled kernel's runner (H200 host: ~9-14 us a call against ~15-27 for Triton's launch). Triton
+    specialized the kernel on the first call's arguments; all but the input and tau are fixed
+    here, tau comes from torch's allocator (aligned), and an input that is not 16-byte aligned
+    (which Triton's pointer specialization assumes) takes Triton's launch."""
 
     def __init__(self, cfg):
         self.cfg, self.run, self.rest = cfg, None, ()
