@@ -132,6 +132,9 @@ runs = json.loads(sys.argv[4])
 done = []
 for fam, cfg, sizes, cases in runs:
     mod = load(f"{sys.argv[2]}/{fam}.py", fam)
+    if "_LATE_MAX" in cfg:  # a module constant of the kernels, not a knob
+        import triton.language as tl
+        mod._LATE_MAX = tl.constexpr(cfg.pop("_LATE_MAX"))
     mod.CONFIG.update(cfg)
     def refuse(*a, **k):
         raise AssertionError("the PyTorch path ran instead of the Triton kernels")
@@ -180,6 +183,14 @@ INTERPRETER_RUNS = [
           {"batch": 2, "n": 48, "cond": 0, "seed": 6, "case": "rowscale"}]),
     ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 1024, "prec": "bf16x3", "bf16_min_n": 32},
      [40], [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
+    # the small path in panels of small_nb columns, applied by the same program (_small_kernel)
+    ("superpanel", {"small_nb": 16}, [5, 40], [{"batch": 3, "n": 70, "cond": 0, "seed": 8, "case": "rankdef"}]),
+    ("wy_triton", {"small_nb": 8}, [24], [{"batch": 2, "n": 37, "cond": 2, "seed": 8, "case": "mixed"}]),
+    # register panels that set each column's final values in the loop (tiles over _LATE_MAX,
+    # 16384 floats on the GPU): the small path and the blocked one
+    ("superpanel", {"_LATE_MAX": 0}, [5, 24], []),
+    ("wy_triton", {**_SMALL, "_LATE_MAX": 0, "small_max": 0, "nb": 16, "tile_max": 1024}, [24],
+     [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
     # cuBLAS trailing updates (V written as a dense matrix by the panel kernel)
     ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 256, "trail": "gemm"}, [5, 24],
      [{"batch": 3, "n": 37, "cond": 0, "seed": 2, "case": "rankdef"}]),

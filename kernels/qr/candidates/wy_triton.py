@@ -42,6 +42,8 @@ SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 
 
 # ----------------------------------------------------------------------------------- Triton
 if triton is not None:
+    _LATE_MAX = tl.constexpr(16384)  # register panels of up to this many floats are LATE (_panel)
+
     @triton.jit
     def _sum_sum_max(a0, b0, c0, a1, b1, c1):
         return a0 + a1, b0 + b1, tl.maximum(c0, c1)
@@ -73,12 +75,14 @@ if triton is not None:
         ptrs = base + (k0 + rows)[:, None] * n + (k0 + cols)[None, :]
         p = tl.load(ptrs, mask=mask, other=0.0)
         taus = tl.zeros([NB], dtype=tl.float32)
-        # Column c's final values are rebuilt after the loop from its state at step c, x (no later
-        # step touches it), and these: v = x / dn below the diagonal, beta on it. That saves a
-        # select per tile element per column. A column scaled by sc != 1 (tiny or huge) gets v in
-        # the loop instead, and dn = 1 here: T's V'v comes from the tile's x times 1 / dn, never
-        # from denormal x.
-        dns = tl.full([NB], 1.0, dtype=tl.float32)
+        # LATE: column c's final values are rebuilt after the loop from its state at step c, x (no
+        # later step touches it), and these: v = x * (1 / dn) below the diagonal, beta on it. That
+        # saves a select per tile element per column. A column scaled by sc != 1 (tiny or huge)
+        # gets v in the loop instead, and 1 / dn = 1 here: T's V'v comes from the tile's x times
+        # 1 / dn, never from denormal x. Only for tiles of <= _LATE_MAX = 16384 floats (<= 8 warps
+        # with the default panel_epw): at 16 warps a thread has 128 registers, and the extra live
+        # values spill (wy_triton 2x4096: 89 -> 102 ms with 4096 x 8 tiles).
+        LATE: tl.constexpr = BM * NB <= _LATE_MAX
         rdns = tl.full([NB], 1.0, dtype=tl.float32)
         betas = tl.zeros([NB], dtype=tl.float32)
         t = tl.zeros([NB, NB], dtype=tl.float32)
@@ -107,28 +111,36 @@ if triton is not None:
             dn = tl.where(live, an - bs, 1.0)
             tau = tl.where(live, (bs - an) / tl.where(live, bs, 1.0), 0.0)
             beta = bs * sc
-            v = tl.where(below, (cj / sc) / dn, tl.where(rows == j, 1.0, 0.0))
+            if LATE:
+                # v = x / dn as x times 1 / dn (as LAPACK's slarfg scales): one division a column,
+                # and the same product rebuilds v after the loop; a scaled column divides as before
+                rdn = 1.0 / dn
+                v = tl.where(below, tl.where(scaled, (cj / sc) / dn, cj * rdn), tl.where(rows == j, 1.0, 0.0))
+            else:
+                v = tl.where(below, (cj / sc) / dn, tl.where(rows == j, 1.0, 0.0))
             # w[c] = v' p[:, c]: the update of columns > j, and for c < j the column (V' v) of T
             w = tl.sum(v[:, None] * p, axis=0)
             # columns > j get the rank-1 update: one FMA per element (w is zeroed for columns <= j
-            # on the short vector, not on the tile)
+            # on the short vector, not on the tile); w times 1 / dn is V'v for T (LATE)
             p = p - (tau * v)[:, None] * tl.where(cols > j, w, 0.0)[None, :]
             onj = cols == j
             taus = tl.where(onj, tau, taus)
-            betas = tl.where(onj, tl.where(live, beta, alpha), betas)
-            if scaled:
-                p = tl.where(sel, tl.where(below, v, cj)[:, None], p)
-            else:  # sc = 1: v = x / dn
-                dns = tl.where(onj, dn, dns)
-                if WRITE_T:
-                    rdns = tl.where(onj, 1.0 / dn, rdns)
+            if LATE:
+                betas = tl.where(onj, tl.where(live, beta, alpha), betas)
+                if scaled:
+                    p = tl.where(sel, tl.where(below, v, cj)[:, None], p)
+                else:  # sc = 1: v = x * (1 / dn)
+                    rdns = tl.where(onj, rdn, rdns)
+            else:  # column j's final values now: a select per element
+                p = tl.where(sel, tl.where(below, v, tl.where(rows == j, tl.where(live, beta, alpha), cj))[:, None], p)
             if WRITE_T:
                 g = tl.where(cols < j, w * rdns, 0.0)
                 tg = tl.sum(t * g[None, :], axis=1)
                 tcol = tl.where(tr < j, -tau * tg, tl.where(tr == j, tau, 0.0))
                 t = tl.where(sel, tcol[:, None], t)
-        rc = rows[:, None] - cols[None, :]
-        p = tl.where(rc > 0, p / dns[None, :], tl.where(rc == 0, betas[None, :], p))
+        if LATE:
+            rc = rows[:, None] - cols[None, :]
+            p = tl.where(rc > 0, p * rdns[None, :], tl.where(rc == 0, betas[None, :], p))
         tl.store(ptrs, p, mask=mask)
         tl.store(TAU + b * n + k0 + cols, taus, mask=cols < nb)
         if WRITE_V:
