@@ -1,33 +1,37 @@
 """superpanel: two-level blocked Householder QR (compact WY) in Triton, for tall panels.
 
-Where a panel of nb columns fits in registers (n - k0 <= tile_max / nb rows), it is factored by
-one program per matrix (as in wy_triton: fused block reductions per column, T written by the
-same kernel). Steps whose trailing update is small (<= lookahead_elems) run with look-ahead: one
-launch updates the next panel's columns and factors them while the other programs update the
-rest. Where a register panel does not fit (the first half of n = 2048 and 4096), an outer panel
-of nbo columns is factored by a grid panel (tall="grid"): all of a matrix's programs at once,
-grid_rows rows each, meeting at a grid barrier once per column, one more program building T as
-they go; then one wide update C -= V (T' (V' C)) follows. tall="householder" factors those outer panels
-as narrow register panels that update only the rest of the outer panel (then a Gram kernel);
-tall="cholqr" by CholeskyQR2 in float64 with Householder reconstruction (orhr_col). A matrix a
-grid or CholeskyQR2 panel rejects is refactored by Householder. When matrices x column blocks are
-too few to fill the GPU (batch 2 to 60), the updates split the rows across programs and add V'C
-with atomics. Small n (<= small_max) is factored on chip in one launch; launch-bound shapes
-replay a CUDA graph. trail="gemm" makes the updates cuBLAS GEMMs (fp32; measured no faster than
-the Triton kernel; tall panels then go the householder way).
+Where a panel of nb columns fits in registers (n - k0 <= tile_max / nb rows), it is factored by one
+program per matrix (as in wy_triton: fused block reductions per column, T written by the same
+kernel). Steps whose trailing update is small (<= lookahead_elems elements and <= lookahead_rows
+rows) run with look-ahead: one launch updates the next panel's columns and factors them while the
+other programs update the rest. Where a register panel does not fit (the first half of n = 2048 and
+4096), an outer panel of nbo columns is factored by a grid panel (tall="grid"): all of a matrix's
+programs at once, grid_rows rows each, meeting at a grid barrier once per column, one more program
+building T as they go; then one wide update C -= V (T' (V' C)) follows. tall="householder" factors
+those outer panels as narrow register panels that update only the rest of the outer panel (then a
+Gram kernel); tall="cholqr" by CholeskyQR2 in float64 with Householder reconstruction (orhr_col). A
+matrix a grid or CholeskyQR2 panel rejects is refactored by Householder. When matrices x column
+blocks are too few to fill the GPU (batch 2 to 60), the updates split the rows across programs and
+add V'C with atomics. Small n (<= small_max) is factored on chip in one launch (one register panel,
+or small_nb-column panels applied by the same program), and after a shape's first call that launch
+skips Triton's argument binding: 20x32 is a 15.6 us kernel, so its host time decides. Launch-bound
+shapes replay a CUDA graph. trail="gemm" makes the updates cuBLAS GEMMs (fp32; measured no faster
+than the Triton kernel; tall panels then go the householder way).
 
-The update dots run on the tensor cores in bf16x3 (prec; each operand split into two bfloat16
-parts, three products, ~2^-17 relative; only for n >= bf16_min_n, where the checker's 20 n eps32
-leaves room), and the one-launch trailing kernel reads V'C's rows bottom-up (rev_rows) so its
-top-down update pass finds the rows read last still in L2.
+The update dots run on the tensor cores in bf16x3 (prec; each operand split into two bfloat16 parts,
+three products, ~2^-17 relative; only for n >= bf16_min_n, where the checker's 20 n eps32 leaves
+room), and the one-launch trailing kernel reads V'C's rows bottom-up (rev_rows) so its top-down
+update pass finds the rows read last still in L2. Register panels of up to 16384 floats set each
+column's final values once after the column loop rather than with a select per element per column
+(_panel's LATE: 20x32 17.5 -> 15.6 us; larger tiles spill with it).
 
 Where the time goes (H200 profile, dense cases): at 640x512 the trailing update ~3.6 ms (bf16x3,
 ~2.7 TB/s derived from the 12 bytes per element per panel it moves; fp32 FMA dots took ~5 ms) and
 the register panels ~2.7 ms (~5 elementwise ops per tile element per column, counted in the code); at 176-352
 the panels' column loop (the critical path; look-ahead hides the updates behind it); at 2x4096
 the grid panels (9.6 ms of 23.4: ~3.1 us a column, kernel time over columns, against 30 ms for
-one program per matrix), the outer updates (9.7 ms) and the last 1024 columns' steps (3.4 ms).
-On a CPU tensor it runs the same blocked algorithm in PyTorch, or the Triton kernels when
+one program per matrix), the outer updates (9.7 ms) and the last 1024 columns' steps (3.4 ms); at
+20x32 the call's host time (15-18 us measured) against a 15.6 us kernel. On a CPU tensor it runs the same blocked algorithm in PyTorch, or the Triton kernels when
 TRITON_INTERPRET=1.
 """
 import os

@@ -1,15 +1,17 @@
 """wy_triton: blocked Householder QR (compact WY) with the panel factorization in Triton.
 
-One program per matrix factors a panel of nb columns held in registers: column extraction,
-scaled norm, reflector, its application to the rest of the panel and the column of T come from
-one pass of block reductions per column, and T is written by the same kernel. The trailing
-matrix is updated by a second kernel (grid: column block x matrix), C -= V (T' (V' C)), with
-tl.dot on the tensor cores in bf16x3 (each operand split into two bfloat16 parts, three
-products; n >= bf16_min_n only; H200: 640x512 8.6 -> 7.3 ms against fp32 FMA "ieee"; Triton's
-"tf32x3" measured slower), V'C read bottom-up so the update pass finds its first rows in L2, or
-with trail="gemm" by three cuBLAS batched GEMMs in full fp32 on V written densely by the panel
-kernel. Small n (<= small_max)
-is factored entirely on chip in one launch. Launch-bound shapes replay a CUDA graph.
+One program per matrix factors a panel of nb columns held in registers: column extraction, scaled
+norm, reflector, its application to the rest of the panel and the column of T come from one pass of
+block reductions per column, and T is written by the same kernel. The trailing matrix is updated by
+a second kernel (grid: column block x matrix), C -= V (T' (V' C)), with tl.dot on the tensor cores
+in bf16x3 (each operand split into two bfloat16 parts, three products; n >= bf16_min_n only; H200:
+640x512 8.6 -> 7.3 ms against fp32 FMA "ieee"; Triton's "tf32x3" measured slower), V'C read
+bottom-up so the update pass finds its first rows in L2, or with trail="gemm" by three cuBLAS
+batched GEMMs in full fp32 on V written densely by the panel kernel. Small n (<= small_max) is
+factored entirely on chip in one launch, which skips Triton's argument binding after a shape's first
+call (20x32: a 15.7 us kernel, so host time decides). Register panels of up to 16384 floats set each
+column's final values once after the column loop, not with a select per element per column (LATE).
+Launch-bound shapes replay a CUDA graph.
 
 Where the time goes: the panel kernel's column loop (latency: ~n sequential block reductions
 per matrix), which is the critical path at n >= 176; the trailing kernel's HBM traffic (one
