@@ -665,7 +665,7 @@ class _Small:
     """The n <= small_max path for one shape on a GPU, set up once. A 20x32 call is a ~16 us
     kernel, so host time per call decides its timing: after the first call, which goes through
     Triton's launch (binding, specialization, cache), each call allocates tau and calls the
-    compiled kernel's runner (H200 host: ~9-14 us a call against ~15-27 for Triton's launch). Triton
+    compiled kernel's runner (H200 host: 8-14 us a call against 13-27 for Triton's launch). Triton
     specialized the kernel on the first call's arguments; all but the input and tau are fixed
     here, tau comes from torch's allocator (aligned), and an input that is not 16-byte aligned
     (which Triton's pointer specialization assumes) takes Triton's launch."""
@@ -924,10 +924,7 @@ class _Replay:
         return h, tau
 
 
-_REPLAYS = {}
-
-
-_SMALLS = {}
+_REPLAYS, _SMALLS = {}, {}
 
 
 def custom_kernel(data):
