@@ -110,7 +110,8 @@ def main() -> int:
     inputs = [reference.generate_input(args.batch, args.n, 1, 5000 + i) for i in range(50)]
     x = inputs[0].clone()
     print(f"{args.batch}x{args.n}  torch {torch.__version__}  {torch.cuda.get_device_name()}")
-    print(f"host torch.empty({args.batch},{args.n}): {host_us(lambda: torch.empty(args.batch, args.n, device='cuda')):.2f} us")
+    empty_us = host_us(lambda: torch.empty(args.batch, args.n, device="cuda"))
+    print(f"host torch.empty({args.batch},{args.n}): {empty_us:.2f} us")
     print(f"{'variant':<34}{'host':>8}{'gpu':>8}{'harness':>9}  spread")
     for fam in filter(None, args.families.split(",")):
         for nb in (int(s) for s in args.small_nb.split(",")):
