@@ -24,7 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "kernels" / "qr"), str(ROOT / "scripts")]
 import reference  # noqa: E402
-from qr_families import load_candidate  # noqa: E402
+from qr_families import load_candidate, time_calls  # noqa: E402
 
 
 def host_us(fn, calls=100, batches=20):
@@ -85,18 +85,7 @@ def gpu_us(mod, inputs):
 
 def harness_us(mod, inputs, repeats=30):
     flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
-    times = []
-    for r in range(repeats):
-        copies = [x.clone() for x in inputs]
-        flush.fill_(r)
-        torch.cuda.synchronize()
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for c in copies:
-            mod.custom_kernel(c)
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1e3 / len(copies))
+    times = [time_calls(mod, [x.clone() for x in inputs], flush, r) for r in range(repeats)]
     return statistics.median(times), min(times), max(times)
 
 

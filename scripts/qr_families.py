@@ -73,6 +73,22 @@ def load_candidate(path: Path, name: str | None = None):
     return mod
 
 
+def time_calls(mod, copies, flush, tag: int) -> float:
+    """µs per call of mod.custom_kernel over `copies`, as the harness times a repeat: L2 flushed
+    (`flush` refilled with `tag`), then all the calls between two CUDA events."""
+    import torch
+
+    flush.fill_(tag)
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for c in copies:
+        mod.custom_kernel(c)
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1) * 1e3 / len(copies)
+
+
 # ----------------------------------------------------------------------------------- child
 def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path, overrides: dict | None = None,
             checks: bool = True, profile: bool = False, special_sizes: tuple[int, ...] = (1, 5, 40, 300)) -> None:
@@ -127,17 +143,9 @@ def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path, o
             times, spent = [], 0.0
             while len(times) < 3 or (spent < 0.4 and len(times) < 20):
                 copies = [base.clone() for _ in range(k)]
-                flush.fill_(len(times))
-                torch.cuda.synchronize()
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                for c in copies:
-                    mod.custom_kernel(c)
-                e1.record()
-                e1.synchronize()
-                ms = e0.elapsed_time(e1)
-                times.append(ms * 1e3 / k)
-                spent += ms / 1e3
+                us = time_calls(mod, copies, flush, len(times))
+                times.append(us)
+                spent += us * k / 1e6
                 del copies
             times.sort()
             rec["bench"].append({"case": f"{spec['case']} {spec['batch']}x{spec['n']}",
