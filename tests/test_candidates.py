@@ -378,3 +378,38 @@ def test_steer_eval_passes_on_cpu(name):
     result = evaluate(CANDIDATES / f"{name}.py", load_task("qr"), EvalOptions(mode="quick", device="cpu"))
     assert result.ok, f"{result.error_class}: {result.message}\n{result.stderr_tail[-2000:]}"
     assert result.geomean_us and not result.flags
+
+
+@pytest.mark.parametrize("name", ["superpanel", "wy_triton"])
+def test_small_path_plan_reuses_the_compiled_kernel(name, monkeypatch):
+    """_Small (the n <= small_max path on a GPU): the first call goes through Triton's launch, later
+    ones through the compiled kernel's runner with the input, a fresh tau and the first call's
+    other arguments; an input off 16-byte alignment goes through Triton's launch again. The
+    kernels are stand-ins that record their calls (the plan's logic is host-side Python)."""
+    mod = _load(CANDIDATES / f"{name}.py", f"cand_{name}_small_plan")
+    calls = []
+
+    class Compiled:
+        def __getitem__(self, grid):
+            return lambda *args: calls.append(("runner", grid, args))
+
+    class Kernel:
+        def __getitem__(self, grid):
+            def launch(*args, num_warps):
+                calls.append(("triton", grid, args))
+                return Compiled()
+            return launch
+
+    kernel = Kernel()
+    monkeypatch.setattr(mod, "_small_launch", lambda a, tau, cfg: (kernel, (a.shape[0],), (a, tau, a.shape[-1], 32), 1))
+    plan = mod._Small(dict(mod.CONFIG))
+    store = torch.zeros(3 * 20 * 20 + 4)
+    a, b = store[:1200].view(3, 20, 20), store[4:1204].view(3, 20, 20)  # b: 16 bytes on, aligned
+    odd = store[1:1201].view(3, 20, 20)                                    # 4 bytes on: not aligned
+    out = [plan(x) for x in (a, b, odd, a)]
+    assert [c[0] for c in calls] == ["triton", "runner", "triton", "runner"]
+    assert calls[1][1] == (3, 1, 1) and calls[0][1] == (3,)
+    for (kind, _, args), x, (h, tau) in zip(calls, (a, b, odd, a), out):
+        assert args[0] is x and h is x and args[1] is tau and tau.shape == (3, 20)
+        assert args[2:] == (20, 32)
+    assert len({id(t) for _, t in out}) == 4  # every call gets its own tau
