@@ -31,8 +31,8 @@ the register panels ~2.7 ms (~5 elementwise ops per tile element per column, cou
 at 176-352 the panels' column loop (the critical path; look-ahead hides the updates behind it); at
 2x4096 the grid panels (9.6 ms of 23.4: ~3.1 us a column, kernel time over columns, against 30 ms
 for one program per matrix), the outer updates (9.7 ms) and the last 1024 columns' steps (3.4 ms);
-at 20x32 the call's host time (15-18 us measured) against a 15.6 us kernel. On a CPU tensor it runs
-the same blocked algorithm in PyTorch, or the Triton kernels when TRITON_INTERPRET=1.
+at 20x32 the call's host time (14-23 us measured, by machine) against a 15.6 us kernel. On a CPU
+tensor it runs the same blocked algorithm in PyTorch, or the Triton kernels when TRITON_INTERPRET=1.
 """
 import os
 
