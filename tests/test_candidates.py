@@ -132,9 +132,9 @@ runs = json.loads(sys.argv[4])
 done = []
 for fam, cfg, sizes, cases in runs:
     mod = load(f"{sys.argv[2]}/{fam}.py", fam)
-    if "_LATE_MAX" in cfg:  # a module constant of the kernels, not a knob
+    for key in [k for k in cfg if k.startswith("_LATE")]:  # module constants of the kernels, not knobs
         import triton.language as tl
-        mod._LATE_MAX = tl.constexpr(cfg.pop("_LATE_MAX"))
+        setattr(mod, key, tl.constexpr(cfg.pop(key)))
     mod.CONFIG.update(cfg)
     def refuse(*a, **k):
         raise AssertionError("the PyTorch path ran instead of the Triton kernels")
@@ -187,9 +187,12 @@ INTERPRETER_RUNS = [
     ("superpanel", {"small_nb": 16}, [5, 40], [{"batch": 3, "n": 70, "cond": 0, "seed": 8, "case": "rankdef"}]),
     ("wy_triton", {"small_nb": 8}, [24], [{"batch": 2, "n": 37, "cond": 2, "seed": 8, "case": "mixed"}]),
     # register panels that set each column's final values in the loop (tiles over _LATE_MAX,
-    # 16384 floats on the GPU): the small path and the blocked one
+    # 16384 floats on the GPU, and wider than _LATE_NB): the small path and the blocked one, the
+    # latter with one-launch trailing updates and no look-ahead (small batches split rows and look
+    # ahead by default)
     ("superpanel", {"_LATE_MAX": 0}, [5, 24], []),
-    ("wy_triton", {**_SMALL, "_LATE_MAX": 0, "small_max": 0, "nb": 16, "tile_max": 1024}, [24],
+    ("wy_triton", {**_SMALL, "_LATE_MAX": 0, "_LATE_NB": 0, "small_max": 0, "nb": 16, "tile_max": 1024,
+                   "split_min": 0, "lookahead_rows": 0}, [24],
      [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
     # cuBLAS trailing updates (V written as a dense matrix by the panel kernel)
     ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 256, "trail": "gemm"}, [5, 24],
@@ -273,6 +276,55 @@ def test_superpanel_grid_panels_fit_the_gpu(monkeypatch):
     assert sized[(16, 2048)] == 0 and sized[(132, 2048)] == 0 and sized[(200, 4096)] == 0
     # on the CPU (the interpreter) the rows are grid_rows as they are
     assert mod._grid_rows(cfg, 200, 4096, torch.device("cpu")) == cfg["grid_rows"]
+
+
+# wy_triton's trailing updates by kernel, under the interpreter: which launches one factorization
+# makes with a configuration (each checked), as JSON counts per kernel name.
+LAUNCHES = r"""
+import collections, json, sys, importlib.util
+sys.path[:0] = [sys.argv[1]]
+import reference
+spec = importlib.util.spec_from_file_location("wt", sys.argv[2])
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+count = collections.Counter()
+class Counted:
+    def __init__(self, kernel, name):
+        self.kernel, self.name = kernel, name
+    def __getitem__(self, grid):
+        count[self.name] += 1
+        return self.kernel[grid]
+for name in ("_panel_kernel", "_step_kernel", "_trail_kernel", "_vtc_kernel", "_upd_kernel"):
+    setattr(mod, name, Counted(getattr(mod, name), name))
+out = []
+for cfg in json.loads(sys.argv[3]):
+    mod.CONFIG.update(cfg)
+    count.clear()
+    a = reference.generate_input(batch=2, n=40, cond=2, seed=11, case="mixed")
+    ok, msg = reference.check_implementation(a, mod.custom_kernel(a.clone()))
+    assert ok, f"{cfg}: {msg}"
+    out.append(dict(count))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_wy_triton_small_batches_split_rows_and_look_ahead():
+    """At batch 2 the defaults split each update's rows across programs (two launches, V'C summed
+    with atomics) and fuse the short steps with the next panel; without them, one trailing launch
+    per panel."""
+    pytest.importorskip("triton")
+    cfgs = [{**_SMALL, "small_max": 0, "nb": 16, "tile_max": 512},
+            {"split_min": 0, "lookahead_rows": 0}]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", LAUNCHES, str(QR), str(CANDIDATES / "wy_triton.py"), json.dumps(cfgs)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ahead, plain = json.loads(proc.stdout.strip().splitlines()[-1])
+    # n = 40, nb 16, tile_max 512: the first panel (40 rows, a 64-row tile) is 8 columns wide and
+    # applied by split rows; from k0 = 8 on (32 rows) 16-column panels fit, so they look ahead
+    assert ahead.get("_step_kernel", 0) >= 1 and ahead.get("_vtc_kernel", 0) >= 1
+    assert ahead.get("_vtc_kernel") == ahead.get("_upd_kernel") and "_trail_kernel" not in ahead
+    assert plain.get("_trail_kernel", 0) >= 2 and not {"_step_kernel", "_vtc_kernel", "_upd_kernel"} & set(plain)
 
 
 # The bf16x3 split dot (_mm) of both Triton families, run under the interpreter in its fp32 form:

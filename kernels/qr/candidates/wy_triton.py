@@ -32,19 +32,23 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
     triton = None
 
 CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "bf16x3", "bn": 64, "bk": 32,
-          "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 67108864, "trail": "triton",
-          "bf16_min_n": 256, "rev_rows": True, "small_nb": 0}
+          "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 33554432, "trail": "triton",
+          "bf16_min_n": 256, "rev_rows": True, "small_nb": 0, "split_min": 264, "lookahead_rows": 512,
+          "lookahead_elems": 33554432}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
          "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
          "panel_epw": [512, 1024, 2048, 4096],
          "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
          "bf16_min_n": [128, 256, 512], "rev_rows": [False, True],
-         "small_nb": [0, 8, 16, 32]}
+         "small_nb": [0, 8, 16, 32], "split_min": [0, 132, 264, 528], "lookahead_rows": [0, 256, 512, 1024],
+         "lookahead_elems": [0, 2097152, 8388608, 33554432]}
 
 
 # ----------------------------------------------------------------------------------- Triton
 if triton is not None:
-    _LATE_MAX = tl.constexpr(16384)  # register panels of up to this many floats are LATE (_panel)
+    # register panels of up to _LATE_MAX floats, or up to _LATE_NB columns, are LATE (_panel)
+    _LATE_MAX = tl.constexpr(16384)
+    _LATE_NB = tl.constexpr(16)
 
     @triton.jit
     def _sum_sum_max(a0, b0, c0, a1, b1, c1):
@@ -82,9 +86,11 @@ if triton is not None:
         # saves a select per tile element per column. A column scaled by sc != 1 (tiny or huge)
         # gets v in the loop instead, and 1 / dn = 1 here: T's V'v comes from the tile's x times
         # 1 / dn, never from denormal x. Only for tiles of <= _LATE_MAX = 16384 floats (<= 8 warps
-        # with the default panel_epw): at 16 warps a thread has 128 registers, and the extra live
-        # values spill (wy_triton 2x4096: 89 -> 102 ms with 4096 x 8 tiles).
-        LATE: tl.constexpr = BM * NB <= _LATE_MAX
+        # with the default panel_epw) or of <= _LATE_NB columns. At 16 warps a thread has 128
+        # registers, and the extra live values spill. One H200 launch at 16 warps (panel_probe.py):
+        # 1024 x 32 146.7 us LATE against 136.6 in the loop, 2048 x 16 95.7 against 112.2, 4096 x 8
+        # 63.6 against 63.8. (2x4096 took 102 ms against 89 when every tile was LATE with v = x / dn.)
+        LATE: tl.constexpr = (BM * NB <= _LATE_MAX) or (NB <= _LATE_NB)
         rdns = tl.full([NB], 1.0, dtype=tl.float32)
         betas = tl.zeros([NB], dtype=tl.float32)
         t = tl.zeros([NB, NB], dtype=tl.float32)
@@ -192,37 +198,106 @@ if triton is not None:
 
     @triton.jit
     def _apply(A, TW, b, n, k0, nb, c0, cend, stride_b,
-               NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, REV: tl.constexpr):
+               NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, REV: tl.constexpr = False):
         """C = A[k0:, c0:c0+BN] (columns < cend) of matrix b: C -= V (T' (V' C)), V the panel's reflectors."""
         base = A + b * stride_b
         cols = c0 + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
+        w = _vtc_rows(base, n, k0, nb, cols, cend, k0, n, NBT, BN, BK, PREC, REV)
+        tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
+        _sub_vw_rows(base, n, k0, nb, cols, cend, k0, n, tl.dot(tl.trans(tt), w, input_precision="ieee"), NBT, BK, PREC)
+
+    @triton.jit
+    def _vtc_rows(base, n, k0, nb, cols, cend, r_beg, r_end,
+                  NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, REV: tl.constexpr = False):
+        """V' C over rows r_beg..r_end of one matrix (V: the reflectors of columns k0..k0+nb).
+
+        REV walks the rows bottom-up, so the update pass that follows (top-down) starts on the
+        rows read last, the ones most likely still in L2."""
+        kk = tl.arange(0, NBT)
         pc = k0 + kk
         w = tl.zeros([NBT, BN], dtype=tl.float32)
-        nchunk = tl.cdiv(n - k0, BK)
-        for i in range(0, nchunk):
-            # REV: V'C bottom-up, so the top-down update pass below starts on the rows read last,
-            # the ones most likely still in L2
-            rows = k0 + (nchunk - 1 - i if REV else i) * BK + tl.arange(0, BK)
-            rm = rows < n
-            lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
-            v = tl.load(base + rows[:, None] * n + pc[None, :], mask=rm[:, None] & lower, other=0.0)
-            v = tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
-            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=rm[:, None] & (cols < cend)[None, :], other=0.0)
-            w = _mm(tl.trans(v), c, w, PREC)
-        tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
-        w = tl.dot(tl.trans(tt), w, input_precision="ieee")
-        for r0 in range(k0, n, BK):
+        if REV:
+            last = r_beg + (tl.cdiv(r_end - r_beg, BK) - 1) * BK
+            for i in range(0, tl.cdiv(r_end - r_beg, BK)):
+                w = _vtc_chunk(base, n, nb, cols, cend, last - i * BK, r_end, pc, kk, w, BK, PREC)
+        else:
+            for r0 in range(r_beg, r_end, BK):
+                w = _vtc_chunk(base, n, nb, cols, cend, r0, r_end, pc, kk, w, BK, PREC)
+        return w
+
+    @triton.jit
+    def _vtc_chunk(base, n, nb, cols, cend, r0, r_end, pc, kk, w, BK: tl.constexpr, PREC: tl.constexpr):
+        rows = r0 + tl.arange(0, BK)
+        v = _load_v(base, rows, r_end, n, pc, kk, nb)
+        c = tl.load(base + rows[:, None] * n + cols[None, :], mask=(rows < r_end)[:, None] & (cols < cend)[None, :],
+                    other=0.0)
+        return _mm(tl.trans(v), c, w, PREC)
+
+    @triton.jit
+    def _sub_vw_rows(base, n, k0, nb, cols, cend, r_beg, r_end, w,
+                     NBT: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """C -= V w over rows r_beg..r_end of one matrix."""
+        kk = tl.arange(0, NBT)
+        pc = k0 + kk
+        for r0 in range(r_beg, r_end, BK):
             rows = r0 + tl.arange(0, BK)
-            rm = rows < n
-            lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
-            v = tl.load(base + rows[:, None] * n + pc[None, :], mask=rm[:, None] & lower, other=0.0)
-            v = tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
+            v = _load_v(base, rows, r_end, n, pc, kk, nb)
             cp = base + rows[:, None] * n + cols[None, :]
-            cm = rm[:, None] & (cols < cend)[None, :]
+            cm = (rows < r_end)[:, None] & (cols < cend)[None, :]
             c = tl.load(cp, mask=cm, other=0.0)
-            c = c - _mm(v, w, None, PREC)
-            tl.store(cp, c, mask=cm)
+            tl.store(cp, c - _mm(v, w, None, PREC), mask=cm)
+
+    @triton.jit
+    def _load_v(base, rows, rlim, n, pc, kk, nb):
+        """Rows `rows` (< rlim) of the reflectors in columns pc (kk < nb): unit diagonal, zero above."""
+        lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
+        v = tl.load(base + rows[:, None] * n + pc[None, :], mask=(rows < rlim)[:, None] & lower, other=0.0)
+        return tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
+
+    @triton.jit
+    def _vtc_kernel(A, WB, n, k0, nb, c0, cend, rb, stride_b, stride_wb,
+                    NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """Row-split W = V' C: this program's rows k0 + pid2*rb .. +rb, added into WB with atomics."""
+        b = tl.program_id(0).to(tl.int64)
+        cols = c0 + tl.program_id(1) * BN + tl.arange(0, BN)
+        kk = tl.arange(0, NBT)
+        r_beg = k0 + tl.program_id(2) * rb
+        w = _vtc_rows(A + b * stride_b, n, k0, nb, cols, cend, r_beg, tl.minimum(n, r_beg + rb), NBT, BN, BK, PREC)
+        tl.atomic_add(WB + b * stride_wb + kk[:, None] * n + (cols - c0)[None, :], w, mask=(cols < cend)[None, :])
+
+    @triton.jit
+    def _upd_kernel(A, WB, TW, n, k0, nb, c0, cend, rb, stride_b, stride_wb,
+                    NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """Row-split C -= V (T' W) for this program's rows, W = V' C summed by _vtc_kernel."""
+        b = tl.program_id(0).to(tl.int64)
+        cols = c0 + tl.program_id(1) * BN + tl.arange(0, BN)
+        kk = tl.arange(0, NBT)
+        w = tl.load(WB + b * stride_wb + kk[:, None] * n + (cols - c0)[None, :], mask=(cols < cend)[None, :], other=0.0)
+        tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
+        r_beg = k0 + tl.program_id(2) * rb
+        _sub_vw_rows(A + b * stride_b, n, k0, nb, cols, cend, r_beg, tl.minimum(n, r_beg + rb),
+                     tl.dot(tl.trans(tt), w, input_precision="ieee"), NBT, BK, PREC)
+
+    @triton.jit
+    def _step_kernel(A, TAU, TWP, TWN, n, k0, nb, k1, nb1, stride_b,
+                     NBT: tl.constexpr, BM: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                     PREC: tl.constexpr):
+        """One step of the blocked loop with look-ahead, in one launch.
+
+        The panel at k0 (V in A, T in TWP) updates every column from k1 = k0 + nb on. Programs
+        (b, 0) update the next panel's nb1 columns and factor them at once (T into TWN), while
+        programs (b, 1..) update the rest: the next panel's column loop, the critical path, runs
+        beside the trailing update instead of after it. (b, 0) come first in launch order.
+        """
+        b = tl.program_id(0).to(tl.int64)
+        cb = tl.program_id(1)
+        if cb == 0:
+            _apply(A, TWP, b, n, k0, nb, k1, k1 + nb1, stride_b, NBT, NB, BK, PREC)
+            tl.debug_barrier()  # this program's writes of the panel columns, before it loads them
+            _panel(A, TAU, TWN, TAU, b, n, k1, nb1, stride_b, 0, BM, NB, NBT, True, False)
+        else:
+            _apply(A, TWP, b, n, k0, nb, k1 + nb1 + (cb - 1) * BN, n, stride_b, NBT, BN, BK, PREC)
 
 
 if triton is not None:
@@ -324,13 +399,49 @@ class _Small:
         return a, tau
 
 
-def _factor_triton(a, tau, cfg, tw, vb=None):
-    """The blocked factorization; vb (b x n*NBT) given: trailing updates by cuBLAS GEMMs."""
+def _row_blocks(cfg, programs, rows):
+    """Rows per program when `programs` programs are too few to fill the GPU (split_min), else 0."""
+    if programs >= cfg["split_min"] or rows <= cfg["bk"]:
+        return 0
+    nrb = min(triton.cdiv(rows, cfg["bk"]), triton.cdiv(cfg["split_min"], programs))
+    return triton.cdiv(triton.cdiv(rows, nrb), cfg["bk"]) * cfg["bk"]
+
+
+def _update(a, t, k0, nb, cfg, wb):
+    """A[k0:, k0+nb:] -= V (T' (V' A[k0:, k0+nb:])) with V, T of the panel at k0: one program per
+    column block and matrix, each over all rows, or, where those are too few to fill the GPU
+    (batch 2 to 60 at 264 by default), the rows split across programs too, V'C summed into wb with
+    atomics by one launch and applied by a second."""
+    b, n, _ = a.shape
+    nbt, c0 = t.shape[-1], k0 + nb
+    ncb = triton.cdiv(n - c0, cfg["bn"])
+    rb = _row_blocks(cfg, b * ncb, n - k0) if wb is not None else 0
+    if not rb:
+        _trail_kernel[(ncb, b)](a, t, n, k0, nb, n, n * n, NBT=nbt, BN=cfg["bn"], BK=cfg["bk"], PREC=_prec(cfg, n),
+                                REV=cfg["rev_rows"], num_warps=cfg["trail_warps"])
+        return
+    grid = (b, ncb, triton.cdiv(n - k0, rb))
+    wb[:, :nbt, :n - c0].zero_()
+    for kernel in (_vtc_kernel, _upd_kernel):
+        args = (a, wb) if kernel is _vtc_kernel else (a, wb, t)
+        kernel[grid](*args, n, k0, nb, c0, n, rb, n * n, wb.stride(0), NBT=nbt, BN=cfg["bn"], BK=cfg["bk"],
+                     PREC=_prec(cfg, n), num_warps=cfg["trail_warps"])
+
+
+def _factor_triton(a, tau, cfg, ws):
+    """The blocked factorization. ws = (two T buffers, W of row-split updates or None, V as a dense
+    b x n*NBT matrix or None); with V, the trailing updates are cuBLAS GEMMs.
+
+    Look-ahead: a step whose trailing update is small (<= lookahead_elems elements and <=
+    lookahead_rows rows) is not applied at once; the next step's one launch applies it and factors
+    the next panel in the same programs (_step_kernel), T alternating between the two buffers."""
     b, n, _ = a.shape
     if n <= cfg["small_max"]:
         _factor_small(a, tau, cfg)
         return
-    nbt = tw.shape[-1]
+    tws, wb, vb = ws
+    nbt = tws[0].shape[-1]
+    pend = None  # (k0, width, which T) of a panel factored and not yet applied
     k0 = 0
     while k0 < n:
         m = n - k0
@@ -338,29 +449,44 @@ def _factor_triton(a, tau, cfg, tw, vb=None):
         nbp = max(1, min(int(cfg["nb"]), cfg["tile_max"] // bm))
         nbp = 1 << (nbp.bit_length() - 1)          # power of two for tl.arange
         nb = min(nbp, m)
-        _panel_kernel[(b,)](a, tau, tw, tau if vb is None else vb, n, k0, nb, n * n, 0 if vb is None else vb.stride(0),
-                            BM=bm, NB=nbp, NBT=nbt, WRITE_T=True, WRITE_V=vb is not None,
-                            num_warps=_warps(bm * nbp, cfg["panel_epw"]))
+        cur = 1 - pend[2] if pend else 0
+        warps = _warps(bm * nbp, cfg["panel_epw"])
+        if pend is None:
+            _panel_kernel[(b,)](a, tau, tws[cur], tau if vb is None else vb, n, k0, nb, n * n,
+                                0 if vb is None else vb.stride(0), BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
+                                WRITE_V=vb is not None, num_warps=warps)
+        else:
+            _step_kernel[(b, 1 + triton.cdiv(m - nb, cfg["bn"]))](
+                a, tau, tws[pend[2]], tws[cur], n, pend[0], pend[1], k0, nb, n * n, NBT=nbt, BM=bm, NB=nbp,
+                BN=cfg["bn"], BK=cfg["bk"], PREC=_prec(cfg, n), num_warps=max(warps, cfg["trail_warps"]))
+        pend = None
         if k0 + nb < n and vb is not None:
             v = vb[:, :m * nbt].view(b, m, nbt)[:, :, :nb]
             c = a[:, k0:, k0 + nb:]
             w = torch.bmm(v.transpose(1, 2), c)
-            c.baddbmm_(v, torch.bmm(tw[:, :nb, :nb].transpose(1, 2), w), alpha=-1.0)
+            c.baddbmm_(v, torch.bmm(tws[cur][:, :nb, :nb].transpose(1, 2), w), alpha=-1.0)
         elif k0 + nb < n:
-            grid = (triton.cdiv(n - k0 - nb, cfg["bn"]), b)
-            _trail_kernel[grid](a, tw, n, k0, nb, n, n * n, NBT=nbt, BN=cfg["bn"], BK=cfg["bk"],
-                                PREC=_prec(cfg, n), REV=cfg["rev_rows"], num_warps=cfg["trail_warps"])
+            # the next step fuses this update only while it is small: in the fused launch every
+            # program carries the panel's registers (measured slower for big updates, superpanel)
+            ahead = nbp >= int(cfg["nb"]) and m <= cfg["lookahead_rows"] and b * m * (m - nb) <= cfg["lookahead_elems"]
+            if ahead:
+                pend = (k0, nb, cur)
+            else:
+                _update(a, tws[cur], k0, nb, cfg, wb)
         k0 += nb
 
 
 def _workspaces(a, cfg):
-    """T of a panel, and V as a dense matrix for cuBLAS updates (only in full fp32: with TF32
-    matmuls allowed, the Triton trailing kernel runs instead)."""
+    """T of a panel (two buffers, for look-ahead), W for row-split updates (small batches, Triton
+    updates), and V as a dense matrix for cuBLAS updates (only in full fp32: with TF32 matmuls
+    allowed, the Triton trailing kernels run instead)."""
     b, n, _ = a.shape
     nbt = max(16, cfg["nb"])
     gemm = cfg["trail"] == "gemm" and torch.get_float32_matmul_precision() == "highest"
     z = dict(dtype=a.dtype, device=a.device)
-    return torch.zeros(b, nbt, nbt, **z), torch.zeros(b, n * nbt, **z) if gemm else None
+    wb = torch.zeros(b, nbt, n, **z) if b < cfg["split_min"] and not gemm else None
+    return (torch.zeros(b, nbt, nbt, **z), torch.zeros(b, nbt, nbt, **z)), wb, \
+        torch.zeros(b, n * nbt, **z) if gemm else None
 
 
 # ----------------------------------------------------------------------------------- PyTorch
@@ -421,11 +547,11 @@ class _Replay:
         self.inp = a.clone()
         self.tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
         self.ws = _workspaces(a, cfg)
-        _factor_triton(self.inp, self.tau, cfg, *self.ws)  # compiles every kernel before capture
+        _factor_triton(self.inp, self.tau, cfg, self.ws)  # compiles every kernel before capture
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            _factor_triton(self.inp, self.tau, cfg, *self.ws)
+            _factor_triton(self.inp, self.tau, cfg, self.ws)
 
     def __call__(self, a):
         self.inp.copy_(a)
@@ -463,5 +589,5 @@ def custom_kernel(data):
             _REPLAYS[key] = _Replay(a, cfg)
         return _REPLAYS[key](a)
     tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
-    _factor_triton(a, tau, cfg, *(_workspaces(a, cfg) if multi else (tau,)))
+    _factor_triton(a, tau, cfg, _workspaces(a, cfg) if multi else None)
     return a, tau
