@@ -188,11 +188,11 @@ INTERPRETER_RUNS = [
     ("wy_triton", {"small_nb": 8}, [24], [{"batch": 2, "n": 37, "cond": 2, "seed": 8, "case": "mixed"}]),
     # register panels that set each column's final values in the loop (tiles over _LATE_MAX,
     # 16384 floats on the GPU, and wider than _LATE_NB): the small path and the blocked one, the
-    # latter with one narrow register panel per step (not two_level), one-launch trailing updates and
-    # no look-ahead (small batches split rows and look ahead by default)
+    # latter with one-launch trailing updates and no look-ahead (small batches split rows and look
+    # ahead by default)
     ("superpanel", {"_LATE_MAX": 0}, [5, 24], []),
     ("wy_triton", {**_SMALL, "_LATE_MAX": 0, "_LATE_NB": 0, "small_max": 0, "nb": 16, "tile_max": 1024,
-                   "split_min": 0, "lookahead_rows": 0, "two_level": False}, [24],
+                   "split_min": 0, "lookahead_rows": 0}, [24],
      [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
     # cuBLAS trailing updates (V written as a dense matrix by the panel kernel)
     ("wy_triton", {**_SMALL, "small_max": 0, "nb": 16, "tile_max": 256, "trail": "gemm"}, [5, 24],
@@ -293,7 +293,7 @@ class Counted:
     def __getitem__(self, grid):
         count[self.name] += 1
         return self.kernel[grid]
-for name in ("_panel_kernel", "_outer_kernel", "_step_kernel", "_trail_kernel", "_vtc_kernel", "_upd_kernel"):
+for name in ("_panel_kernel", "_step_kernel", "_trail_kernel", "_vtc_kernel", "_upd_kernel"):
     setattr(mod, name, Counted(getattr(mod, name), name))
 out = []
 for cfg in json.loads(sys.argv[3]):
@@ -309,25 +309,22 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_wy_triton_small_batches_split_rows_and_look_ahead():
-    """At batch 2 the defaults factor a tall panel in one launch of narrower register panels
-    (_outer_kernel), split each update's rows across programs (two launches, V'C summed with
-    atomics) and fuse the short steps with the next panel; without them, one trailing launch per
-    register panel."""
+    """At batch 2 the defaults split each update's rows across programs (two launches, V'C summed
+    with atomics) and fuse the short steps with the next panel; without them, one trailing launch
+    per panel."""
     pytest.importorskip("triton")
     cfgs = [{**_SMALL, "small_max": 0, "nb": 16, "tile_max": 512},
-            {"split_min": 0, "lookahead_rows": 0, "two_level": False}]
+            {"split_min": 0, "lookahead_rows": 0}]
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", LAUNCHES, str(QR), str(CANDIDATES / "wy_triton.py"), json.dumps(cfgs)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ahead, plain = json.loads(proc.stdout.strip().splitlines()[-1])
-    # n = 40, nb 16, tile_max 512: at 40 rows (a 64-row tile) only 8 columns fit, so the first 16
-    # columns are one tall panel (two 8-column register panels in one launch), applied by split
-    # rows; the rest (24 rows) fit 16-column panels, which look ahead
-    assert ahead.get("_outer_kernel") == 1 and ahead.get("_step_kernel", 0) >= 1
-    assert ahead.get("_vtc_kernel") == ahead.get("_upd_kernel") == 1 and "_trail_kernel" not in ahead
-    assert plain.get("_trail_kernel", 0) >= 2
-    assert not {"_outer_kernel", "_step_kernel", "_vtc_kernel", "_upd_kernel"} & set(plain)
+    # n = 40, nb 16, tile_max 512: the first panel (40 rows, a 64-row tile) is 8 columns wide and
+    # applied by split rows; from k0 = 8 on (32 rows) 16-column panels fit, so they look ahead
+    assert ahead.get("_step_kernel", 0) >= 1 and ahead.get("_vtc_kernel", 0) >= 1
+    assert ahead.get("_vtc_kernel") == ahead.get("_upd_kernel") and "_trail_kernel" not in ahead
+    assert plain.get("_trail_kernel", 0) >= 2 and not {"_step_kernel", "_vtc_kernel", "_upd_kernel"} & set(plain)
 
 
 # The bf16x3 split dot (_mm) of both Triton families, run under the interpreter in its fp32 form:

@@ -34,14 +34,14 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
 CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "bf16x3", "bn": 64, "bk": 32,
           "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 33554432, "trail": "triton",
           "bf16_min_n": 256, "rev_rows": True, "small_nb": 0, "split_min": 264, "lookahead_rows": 512,
-          "lookahead_elems": 33554432, "two_level": True}
+          "lookahead_elems": 33554432}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
          "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
          "panel_epw": [512, 1024, 2048, 4096],
          "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
          "bf16_min_n": [128, 256, 512], "rev_rows": [False, True],
          "small_nb": [0, 8, 16, 32], "split_min": [0, 132, 264, 528], "lookahead_rows": [0, 256, 512, 1024],
-         "lookahead_elems": [0, 2097152, 8388608, 33554432], "two_level": [False, True]}
+         "lookahead_elems": [0, 2097152, 8388608, 33554432]}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -322,39 +322,6 @@ if triton is not None:
                 tl.debug_barrier()  # the update's stores before the next panel loads them
 
 
-    @triton.jit
-    def _outer_kernel(A, TAU, TWI, TWO, n, k0, w, stride_b,
-                      BM: tl.constexpr, NB: tl.constexpr, WT: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """A tall panel of w <= WT columns by one program per matrix, where only NB < w columns of
-        its rows fit in registers: NB-column register panels (T through TWI), each applied by the
-        same program to the rest of the panel, then the panel's T (WT x WT, into TWO) from its Gram
-        matrix V'V by the larft recurrence. The trailing update then reads the panel once for w
-        columns, not once for every NB (4096 rows: 8-column register panels, 32-column updates)."""
-        b = tl.program_id(0).to(tl.int64)
-        for c in range(0, w, NB):
-            k1 = k0 + c
-            nb1 = tl.minimum(NB, w - c)
-            _panel(A, TAU, TWI, TAU, b, n, k1, nb1, stride_b, 0, BM, NB, WT, True, False)
-            tl.debug_barrier()  # the panel's stores (and T's) before the update loads them
-            if c + nb1 < w:
-                _apply(A, TWI, b, n, k1, nb1, k1 + nb1, k0 + w, stride_b, WT, WT, BK, PREC)
-                tl.debug_barrier()  # the update's stores before the next panel loads them
-        base = A + b * stride_b
-        kk = tl.arange(0, WT)
-        g = tl.zeros([WT, WT], dtype=tl.float32)
-        for r0 in range(k0, n, BK):  # T's Gram matrix always in fp32 (a T error is an orthogonality error)
-            v = _load_v(base, r0 + tl.arange(0, BK), n, n, k0 + kk, kk, w)
-            g = tl.dot(tl.trans(v), v, g, input_precision="ieee")
-        tau = tl.load(TAU + b * n + k0 + kk, mask=kk < w, other=0.0)
-        t = tl.zeros([WT, WT], dtype=tl.float32)
-        for j in range(0, w):  # larft: T[:j, j] = -tau_j T[:j, :j] (V' v_j)[:j]
-            gj = tl.where(kk < j, tl.sum(tl.where(kk[:, None] == j, g, 0.0), axis=0), 0.0)
-            tj = tl.sum(tl.where(kk == j, tau, 0.0), axis=0)
-            tg = tl.sum(t * gj[None, :], axis=1)
-            t = tl.where(kk[None, :] == j, tl.where(kk < j, -tj * tg, tl.where(kk == j, tj, 0.0))[:, None], t)
-        tl.store(TWO + b * WT * WT + kk[:, None] * WT + kk[None, :], t)
-
-
 def _prec(cfg, n):
     """The update dots' precision for n x n matrices, as the kernels take it. bf16x3 (~2^-17
     relative per product) only where n >= bf16_min_n: the checker allows 20 n eps32, so small n
@@ -484,17 +451,6 @@ def _factor_triton(a, tau, cfg, ws):
         nb = min(nbp, m)
         cur = 1 - pend[2] if pend else 0
         warps = _warps(bm * nbp, cfg["panel_epw"])
-        if cfg["two_level"] and nbp < int(cfg["nb"]) and vb is None:
-            # a tall panel (fewer than nb columns fit in registers): nb columns by one program per
-            # matrix in register panels of nbp (T of each in the other buffer), then one update
-            assert pend is None  # look-ahead starts only where full-width panels fit, below here
-            w = min(int(cfg["nb"]), m)
-            _outer_kernel[(b,)](a, tau, tws[1], tws[0], n, k0, w, n * n, BM=bm, NB=nbp, WT=nbt, BK=cfg["bk"],
-                                PREC=_prec(cfg, n), num_warps=warps)
-            if k0 + w < n:
-                _update(a, tws[0], k0, w, cfg, wb)
-            k0 += w
-            continue
         if pend is None:
             _panel_kernel[(b,)](a, tau, tws[cur], tau if vb is None else vb, n, k0, nb, n * n,
                                 0 if vb is None else vb.stride(0), BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
