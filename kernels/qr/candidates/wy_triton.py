@@ -7,17 +7,27 @@ a second kernel (grid: column block x matrix), C -= V (T' (V' C)), with tl.dot o
 in bf16x3 (each operand split into two bfloat16 parts, three products; n >= bf16_min_n only; H200:
 640x512 8.6 -> 7.3 ms against fp32 FMA "ieee"; Triton's "tf32x3" measured slower), V'C read
 bottom-up so the update pass finds its first rows in L2, or with trail="gemm" by three cuBLAS
-batched GEMMs in full fp32 on V written densely by the panel kernel. Small n (<= small_max) is
-factored entirely on chip in one launch, which skips Triton's argument binding after a shape's first
-call (20x32: a 15.7 us kernel, so host time decides). Register panels of up to 16384 floats set each
-column's final values once after the column loop, not with a select per element per column (LATE).
-Launch-bound shapes replay a CUDA graph.
+batched GEMMs in full fp32 on V written densely by the panel kernel. When matrices x column blocks
+are too few to fill the GPU (batch 2 to 60), the update splits the rows across programs too: V'C
+summed with atomics by one launch, applied by a second. Steps whose trailing update is small
+(<= lookahead_rows rows and lookahead_elems elements) look ahead: one launch applies the last
+panel and factors the next in the same programs while the others update the rest (H200, same
+call: 40x176 278 -> 212 us, 2x4096 89 -> 80 ms with the row split). Small n (<= small_max) is
+factored entirely on chip in one launch, which skips Triton's argument binding after a shape's
+first call (20x32: a 15.7 us kernel, so host time decides). Register panels of up to 16384 floats
+or 16 columns set each column's final values once after the column loop, not with a select per
+element per column (LATE). Launch-bound shapes (<= graph_max_elems elements) replay a CUDA graph;
+above 32 Mi elements the graph's copies in and out cost more than the launches (60x1024: -2%).
 
-Where the time goes: the panel kernel's column loop (latency: ~n sequential block reductions
-per matrix), which is the critical path at n >= 176; the trailing kernel's HBM traffic (one
-read + write of the trailing matrix per panel) at 640x512 and above. When n - k0 rows do not fit
-in tile_max registers, the panel narrows (nb 16 at 2048 rows, 8 at 4096), which multiplies the
-trailing passes: the 2048/4096 cases are slow here (the superpanel family fixes that).
+Where the time goes (H200 profile): at 640x512 the trailing kernel (3.3 ms) and the register
+panels (2.6 ms, and 1.0 in look-ahead steps): 6.8 ms of the 7.0; at 176-352 the look-ahead steps,
+whose critical path is the panel's column loop (~n sequential block reductions per matrix). When
+n - k0 rows do not fit in tile_max registers, the panel narrows (nb 16 at 2048 rows, 8 at 4096):
+2x4096 spends ~32 ms in its 4096 column steps on 2 SMs (~8 us a column for a 4096 x 8 tile of 16
+warps) and ~46 ms in 336 updates 8 to 32 columns wide, each a pass over the trailing matrix
+(a two-level variant, one program per 32 columns applying its 8-column panels itself, was slower:
+90.5 against 82.8 ms, as that program's updates are latency-bound on one SM). One program
+per matrix panel cannot fix that: superpanel's grid panels split a tall panel's rows across SMs.
 On a CPU tensor it runs the same algorithm in PyTorch, or the Triton kernels when
 TRITON_INTERPRET=1.
 """
