@@ -49,8 +49,7 @@ CONFIG = {"nb": 32, "nbo": 64, "tile_max": 32768, "small_max": 128, "prec": "bf1
           "graph_max_elems": 67108864, "trail": "triton",
           "lookahead_elems": 33554432, "lookahead_rows": 512, "tall": "grid", "chol_rel": 1e-12, "chol_orth": 0.1,
           "chol_rows": 1024, "chol_warps": 8,
-          "grid_rows": 64, "grid_spin": 4194304, "bf16_min_n": 256, "rev_rows": True, "small_nb": 0,
-          "wide_steps": 0}
+          "grid_rows": 64, "grid_spin": 4194304, "bf16_min_n": 256, "rev_rows": True, "small_nb": 0}
 SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 32768],
          "small_max": [0, 32, 64, 128], "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64],
          "bn_inner": [16, 32, 64], "trail_warps": [4, 8], "panel_epw": [512, 1024, 2048, 4096],
@@ -61,7 +60,7 @@ SPACE = {"nb": [16, 32, 64], "nbo": [32, 64, 128], "tile_max": [8192, 16384, 327
          "chol_rel": [1e-14, 1e-12, 1e-10], "chol_orth": [0.01, 0.1, 0.5], "chol_rows": [1024, 2048, 3072],
          "chol_warps": [2, 4, 8], "grid_rows": [32, 64, 128, 256],
          "grid_spin": [1048576, 4194304], "bf16_min_n": [128, 256, 512],
-         "rev_rows": [False, True], "small_nb": [0, 8, 16, 32], "wide_steps": [0, 16, 64]}
+         "rev_rows": [False, True], "small_nb": [0, 8, 16, 32]}
 # host-side counts: CholeskyQR2 and grid outer panels launched (a captured graph counts once), and
 # matrices refactored by Householder after such a panel rejected them (or its barrier timed out)
 STATS = {"cholqr_panels": 0, "grid_panels": 0, "fallback": 0}
@@ -633,24 +632,6 @@ def _update(a, t, nbt, k0, nb, cend, cfg, wb, bn, warps):
                       PREC=_prec(cfg, n), num_warps=warps)
 
 
-def _fused(cfg, b, m, w):
-    """Whether a step (a w-column register panel at m rows) leaves its trailing update to the next
-    step's launch (look-ahead): small updates (<= lookahead_elems elements, <= lookahead_rows rows)
-    always; with wide_steps, any update at batch >= wide_steps."""
-    if b * m * (m - w) <= cfg["lookahead_elems"] and m <= cfg["lookahead_rows"]:
-        return True
-    return bool(cfg["wide_steps"]) and b >= cfg["wide_steps"]
-
-
-def _step_bn(cfg, b, warps):
-    """Columns per updating program of a look-ahead launch of `warps` warps: bn, or at batch >=
-    wide_steps bn times warps / trail_warps (at most 256), so that each warp does the work it does
-    in the trailing kernel rather than a quarter of it (the launch has the panel's warps)."""
-    if not cfg["wide_steps"] or b < cfg["wide_steps"]:
-        return cfg["bn"]
-    return min(256, cfg["bn"] * max(1, warps // cfg["trail_warps"]))
-
-
 _SCRATCH = {}
 
 
@@ -732,16 +713,14 @@ def _factor_triton(a, tau, cfg, ws):
                 _panel_kernel[(b,)](a, tau, tws[cur], tau, n, k0, w, n * n, 0, 0, 0, BM=bm, NB=nbp0, NBT=nbt,
                                     WRITE_T=True, WRITE_V=False, num_warps=warps)
             else:
-                sw = max(warps, cfg["trail_warps"])
-                bns = _step_bn(cfg, b, sw)
-                grid = (b, 1 + triton.cdiv(n - k0 - w, bns))
+                grid = (b, 1 + triton.cdiv(n - k0 - w, cfg["bn"]))
                 _step_kernel[grid](a, tau, tws[pend[2]], tws[cur], n, pend[0], pend[1], k0, w, n * n, NBT=nbt, BM=bm,
-                                   NB=nbp0, BN=bns, BK=cfg["bk"], PREC=_prec(cfg, n), num_warps=sw)
+                                   NB=nbp0, BN=cfg["bn"], BK=cfg["bk"], PREC=_prec(cfg, n),
+                                   num_warps=max(warps, cfg["trail_warps"]))
             pend = None
-            if not _fused(cfg, b, n - k0, w):
+            if b * (n - k0) * (n - k0 - w) > cfg["lookahead_elems"] or n - k0 > cfg["lookahead_rows"]:
                 # a big trailing update runs alone: in the fused launch it would run with the
-                # panel's warps and registers (measured slower at 640x512 and 60x1024 with
-                # bn-wide updating programs; wide_steps gives them bn x warps / trail_warps)
+                # panel's warps and registers (measured slower at 640x512 and 60x1024)
                 if k0 + w < n:
                     _update(a, tws[cur], nbt, k0, w, n, cfg, wb, cfg["bn"], cfg["trail_warps"])
                 k0 += w

@@ -44,14 +44,14 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
 CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "bf16x3", "bn": 64, "bk": 32,
           "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 33554432, "trail": "triton",
           "bf16_min_n": 256, "rev_rows": True, "small_nb": 0, "split_min": 264, "lookahead_rows": 512,
-          "lookahead_elems": 33554432, "wide_steps": 0}
+          "lookahead_elems": 33554432}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
          "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
          "panel_epw": [512, 1024, 2048, 4096],
          "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
          "bf16_min_n": [128, 256, 512], "rev_rows": [False, True],
          "small_nb": [0, 8, 16, 32], "split_min": [0, 132, 264, 528], "lookahead_rows": [0, 256, 512, 1024],
-         "lookahead_elems": [0, 2097152, 8388608, 33554432], "wide_steps": [0, 16, 64]}
+         "lookahead_elems": [0, 2097152, 8388608, 33554432]}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -438,24 +438,6 @@ def _update(a, t, k0, nb, cfg, wb):
                      PREC=_prec(cfg, n), num_warps=cfg["trail_warps"])
 
 
-def _fused(cfg, b, m, w):
-    """Whether a step (a w-column register panel at m rows) leaves its trailing update to the next
-    step's launch (look-ahead): small updates (<= lookahead_elems elements, <= lookahead_rows rows)
-    always; with wide_steps, any update at batch >= wide_steps."""
-    if b * m * (m - w) <= cfg["lookahead_elems"] and m <= cfg["lookahead_rows"]:
-        return True
-    return bool(cfg["wide_steps"]) and b >= cfg["wide_steps"]
-
-
-def _step_bn(cfg, b, warps):
-    """Columns per updating program of a look-ahead launch of `warps` warps: bn, or at batch >=
-    wide_steps bn times warps / trail_warps (at most 256), so that each warp does the work it does
-    in the trailing kernel rather than a quarter of it (the launch has the panel's warps)."""
-    if not cfg["wide_steps"] or b < cfg["wide_steps"]:
-        return cfg["bn"]
-    return min(256, cfg["bn"] * max(1, warps // cfg["trail_warps"]))
-
-
 def _factor_triton(a, tau, cfg, ws):
     """The blocked factorization. ws = (two T buffers, W of row-split updates or None, V as a dense
     b x n*NBT matrix or None); with V, the trailing updates are cuBLAS GEMMs.
@@ -484,11 +466,9 @@ def _factor_triton(a, tau, cfg, ws):
                                 0 if vb is None else vb.stride(0), BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
                                 WRITE_V=vb is not None, num_warps=warps)
         else:
-            sw = max(warps, cfg["trail_warps"])
-            bns = _step_bn(cfg, b, sw)
-            _step_kernel[(b, 1 + triton.cdiv(m - nb, bns))](
+            _step_kernel[(b, 1 + triton.cdiv(m - nb, cfg["bn"]))](
                 a, tau, tws[pend[2]], tws[cur], n, pend[0], pend[1], k0, nb, n * n, NBT=nbt, BM=bm, NB=nbp,
-                BN=bns, BK=cfg["bk"], PREC=_prec(cfg, n), num_warps=sw)
+                BN=cfg["bn"], BK=cfg["bk"], PREC=_prec(cfg, n), num_warps=max(warps, cfg["trail_warps"]))
         pend = None
         if k0 + nb < n and vb is not None:
             v = vb[:, :m * nbt].view(b, m, nbt)[:, :, :nb]
@@ -496,10 +476,10 @@ def _factor_triton(a, tau, cfg, ws):
             w = torch.bmm(v.transpose(1, 2), c)
             c.baddbmm_(v, torch.bmm(tws[cur][:, :nb, :nb].transpose(1, 2), w), alpha=-1.0)
         elif k0 + nb < n:
-            # the next step fuses this update only while it is small (or with wide_steps): in the
-            # fused launch every program carries the panel's warps and registers (measured slower
-            # for big updates in bn-wide programs, superpanel)
-            if nbp >= int(cfg["nb"]) and _fused(cfg, b, m, nb):
+            # the next step fuses this update only while it is small: in the fused launch every
+            # program carries the panel's registers (measured slower for big updates, superpanel)
+            ahead = nbp >= int(cfg["nb"]) and m <= cfg["lookahead_rows"] and b * m * (m - nb) <= cfg["lookahead_elems"]
+            if ahead:
                 pend = (k0, nb, cur)
             else:
                 _update(a, tws[cur], k0, nb, cfg, wb)
