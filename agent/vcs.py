@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -95,11 +96,37 @@ def parse_trailers(message: str) -> dict[str, str]:
     return out
 
 
+def _helpers_apart() -> None:
+    """Start gitpython's long-lived `git cat-file` helpers in a session of their own (POSIX).
+
+    A Ctrl-C in a terminal goes to its whole foreground process group: without this it killed
+    those helpers too, and the next commit of a stopping run failed with a broken pipe and went
+    through `_restarting_helpers` (every H200 tune run stopped by `timeout -s INT` did). Only the
+    helpers move; `git` commands that run and exit stay in Steer's group, so a Ctrl-C stops them
+    with Steer. gitpython starts processes through `git.cmd.safer_popen` (older versions call
+    `git.cmd.Popen`); this wraps whichever it has, once."""
+    name = "safer_popen" if hasattr(git.cmd, "safer_popen") else "Popen"
+    start = getattr(git.cmd, name, None)
+    if os.name != "posix" or start is None or getattr(start, "steer_apart", False):
+        return
+
+    def popen(command: Any, *args: Any, **kw: Any) -> Any:
+        if isinstance(command, (list, tuple)) and "cat-file" in command:
+            kw.setdefault("start_new_session", True)
+        return start(command, *args, **kw)
+
+    popen.steer_apart = True  # type: ignore[attr-defined]
+    setattr(git.cmd, name, popen)
+
+
+_helpers_apart()
+
+
 def _restarting_helpers(method: Callable) -> Callable:
     """Retry once after restarting gitpython's long-lived `git cat-file` children.
 
-    A Ctrl-C reaches the terminal's whole foreground process group, those children included;
-    without this, every later commit of the run failed with a broken pipe (seen on the H200).
+    They run in a session of their own (`_helpers_apart`), so a Ctrl-C no longer reaches them;
+    this covers a helper that died otherwise (killed, or started where that could not be done).
     """
     @functools.wraps(method)
     def wrapper(self: "SessionRepo", *args: Any, **kw: Any) -> Any:

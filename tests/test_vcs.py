@@ -86,3 +86,48 @@ def test_resolve_and_missing_file(repo: SessionRepo):
     assert repo.resolve(repo.root()[:8]) == repo.root()
     with pytest.raises(VcsError):
         repo.read(repo.root())
+
+
+# A process that records attempts in a session repo, gets a SIGINT sent to its whole process group
+# (as a terminal's Ctrl-C is) once its git helpers run, and records more: it prints whether every
+# commit worked and which recoveries it needed, as JSON.
+CTRL_C = r"""
+import json, signal, sys, time
+from pathlib import Path
+from agent.vcs import SessionRepo
+seen = []
+signal.signal(signal.SIGINT, lambda *a: seen.append("SIGINT"))
+repo = SessionRepo.open_or_init(Path(sys.argv[1]))
+recoveries = []
+repo.on_recovery = lambda action, detail: recoveries.append(action)
+sha = repo.commit("x = 1\n", "first", repo.root())
+assert repo.read(sha) == "x = 1\n"   # the cat-file helpers are running now
+print("ready", flush=True)
+deadline = time.time() + 20
+while not seen and time.time() < deadline:
+    time.sleep(0.05)
+time.sleep(0.3)   # a helper killed by the signal has exited by now
+sha2 = repo.commit("x = 2\n", "second", sha)
+print(json.dumps({"signal": seen, "read": repo.read(sha2), "recoveries": recoveries}), flush=True)
+"""
+
+
+def test_ctrl_c_to_the_process_group_leaves_the_git_helpers_running(tmp_path: Path):
+    """The terminal sends Ctrl-C to the whole foreground group; the git helpers must not die of it,
+    so the commits a stopping run still makes need no recovery."""
+    import json
+    import os
+    import signal
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C, str(tmp_path / "repo")], cwd=root, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"signal": ["SIGINT"], "read": "x = 2\n", "recoveries": []}, err
