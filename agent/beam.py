@@ -16,7 +16,7 @@ from agent import events as ev
 from agent.state import ACTIVE, KILLED, PAUSED, Branch, SessionState
 from agent.vcs import SessionRepo
 
-NOISE_FLOOR = 0.01      # an accepted gain is at least 1% ...
+NOISE_FLOOR = 0.01      # an accepted gain is at least 1% (or the session's measured floor, if more) ...
 NOISE_SIGMAS = 2.0      # ... and at least 2 standard errors of the difference
 GAIN_WINDOW = 6         # attempts of a branch that count as "recent"
 GAIN_FLOOR = 0.02       # priority of a branch with no recent gain, relative to a 100% gain
@@ -51,11 +51,24 @@ class Judgement:
     reason: str
 
 
+def relative_gap(a: float, b: float) -> float:
+    """How far two timings of the same code fell apart, relative to the slower: a head timed at the
+    slower value and a no-op candidate at the faster one would show a gain of exactly this fraction."""
+    return abs(a - b) / max(a, b)
+
+
+def noise_floor(pairs: Iterable[tuple[float, float]]) -> float:
+    """The session's noise floor from pairs of timings of the same code, each in its own process:
+    the largest relative gap, and never under NOISE_FLOOR."""
+    return max([NOISE_FLOOR, *(relative_gap(a, b) for a, b in pairs if a > 0 and b > 0)])
+
+
 def judge(ok: bool, error: str, new_us: float | None, new_se: float | None,
-          head_us: float | None, head_se: float | None, spread: float = 0.0) -> Judgement:
-    """Accepted when correct and faster than the head by more than the noise: 1%, 2 SE of the two,
-    or `spread`, how far two timings of the same candidate fell apart (run-to-run noise that no
-    one run's standard error shows)."""
+          head_us: float | None, head_se: float | None, spread: float = 0.0,
+          floor: float = NOISE_FLOOR) -> Judgement:
+    """Accepted when correct and faster than the head by more than the noise: `floor` of the head's
+    time (1%, or the session's measured floor), 2 SE of the two, or `spread`, how far two timings
+    of the same candidate fell apart (run-to-run noise that no one run's standard error shows)."""
     if not ok:
         return Judgement("failed", error or "evaluation failed")
     if not new_us:
@@ -63,14 +76,17 @@ def judge(ok: bool, error: str, new_us: float | None, new_se: float | None,
     if not head_us:
         return Judgement("accepted", "first correct measurement on this branch")
     noise = NOISE_SIGMAS * math.sqrt((new_se or 0.0) ** 2 + (head_se or 0.0) ** 2)
-    threshold = max(NOISE_FLOOR * head_us, noise, spread)
+    threshold = max(floor * head_us, noise, spread)
+    # name the floor when it is what the gain must beat and is more than the fixed 1%
+    why = f", the session's noise floor of {100 * floor:.1f}%" if (
+        floor > NOISE_FLOOR and threshold == floor * head_us) else ""
     gain = head_us - new_us
     if gain > threshold:
         return Judgement("accepted", f"{100 * gain / head_us:.1f}% faster than the head's {head_us:.2f} µs "
-                                     f"(noise threshold {threshold:.2f} µs)")
+                                     f"(noise threshold {threshold:.2f} µs{why})")
     what = "slower than" if gain < 0 else "within noise of"
     return Judgement("rejected", f"{new_us:.2f} µs is {what} the head's {head_us:.2f} µs "
-                                 f"(a gain must exceed {threshold:.2f} µs)")
+                                 f"(a gain must exceed {threshold:.2f} µs{why})")
 
 
 # -- scheduling --------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ class RunConfig:
     on_event_timeout_s: float = 10.0
     seed: int = 0
     eval_mode: str = "quick"
+    noise_floor: float | None = None          # smallest relative gain accepted; None: measured at setup
     stage_timeout: float | None = None
     history: int = 6                          # attempts of the branch shown to llm/command
     llm_timeout_s: float = 300.0
@@ -77,6 +78,9 @@ class RunConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must not be negative")
         if self.plateau_attempts < 1 or self.plateau_minutes <= 0:
             raise ConfigError("plateau limits must be positive")
+        if self.noise_floor is not None and not 0 <= self.noise_floor < 1:
+            raise ConfigError(f"--noise-floor is a fraction of the head's time from 0 to 1 (0.01 is 1%), "
+                              f"not {self.noise_floor!r}")
         if any(g < 0 for g in self.gpus):
             raise ConfigError("--gpus takes GPU indices (0, 1, ...)")
         return self
@@ -164,6 +168,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the tune proposer and the scheduler")
     p.add_argument("--eval-mode", dest="eval_mode", choices=("quick", "full", "leaderboard", "profile"),
                    default=None)
+    p.add_argument("--noise-floor", dest="noise_floor", type=float, default=None, metavar="FRACTION",
+                   help="smallest relative gain accepted, e.g. 0.01; default: measured at setup by timing "
+                        "each seed twice more")
     p.add_argument("--stage-timeout", dest="stage_timeout", type=float, default=None, metavar="SECONDS")
     p.add_argument("--price-in", dest="price_in_per_mtok", type=float, default=None, metavar="USD_PER_MTOK")
     p.add_argument("--price-out", dest="price_out_per_mtok", type=float, default=None, metavar="USD_PER_MTOK")

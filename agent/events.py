@@ -85,6 +85,19 @@ class BaselineMeasured(Event):
     message: str = ""
 
 
+@dataclass
+class NoiseMeasured(Event):
+    """The session's noise floor: the smallest relative gain an attempt must show to be accepted.
+
+    Measured at setup by timing each seed a second time in a fresh process: the largest relative
+    gap between two timings of the same code (at least 1%). `samples` holds one entry per seed:
+    {"branch", "first_us", "again_us", "gap"}; a seed whose second timing failed is left out.
+    """
+    type: ClassVar[str] = "noise_measured"
+    floor: float
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+
 # -- beam ----------------------------------------------------------------------------------
 @dataclass
 class BranchCreated(Event):

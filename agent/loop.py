@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from agent import events as ev
 from agent import faults
-from agent.beam import Beam, geomean_se, judge, pick_branch, plateau, schedulable
+from agent.beam import NOISE_FLOOR, Beam, geomean_se, judge, pick_branch, plateau, schedulable
 from agent.config import RunConfig
 from agent.harness.result import CUDA, STAGES, EvalResult
 from agent.harness.runner import EvalOptions, check_gpu, discard_prestarted, evaluate, resolve_device
@@ -357,12 +357,18 @@ class Agent:
             return True
         return self._first_beats(f, h.geomean_us, geomean_se(h.to_json().get("cases", [])))
 
-    @staticmethod
-    def _first_beats(f: Flight, head_us: float, head_se: float | None) -> bool:
+    def _first_beats(self, f: Flight, head_us: float, head_se: float | None) -> bool:
         r = f.result
         assert r is not None
         se = geomean_se(r.to_json().get("cases", []))
-        return judge(True, "", r.geomean_us, se, head_us, head_se).verdict == "accepted"
+        return judge(True, "", r.geomean_us, se, head_us, head_se, floor=self.noise_floor).verdict == "accepted"
+
+    @property
+    def noise_floor(self) -> float:
+        """The smallest relative gain accepted: --noise-floor if given, else the one measured at setup."""
+        if self.cfg.noise_floor is not None:
+            return self.cfg.noise_floor
+        return self.state.noise_floor or NOISE_FLOOR
 
     def eval_options(self, gpu: int | None, nonce: int | None = None) -> EvalOptions:
         return EvalOptions(mode=self.cfg.eval_mode, device=self.device, gpu=gpu, stage_timeout=self.cfg.stage_timeout,
@@ -439,7 +445,7 @@ class Agent:
                 speedup = base / new_us if base else None
             else:  # correct once, then not (or crashed): a flaky candidate is not a win
                 ok, error = False, f"timed again, it failed: {a.error_class}: {a.message}"
-        verdict = judge(ok, error, new_us, se, head_us, head_se, spread)
+        verdict = judge(ok, error, new_us, se, head_us, head_se, spread, floor=self.noise_floor)
         verdict.reason += retimed
         cases = [CaseLine(_label(c.spec), c.mean_us, c.stderr_us) for c in benchmarks]
         fresh = (head_us, head_se) if h is not None and h.ok and h.geomean_us else None

@@ -1,4 +1,11 @@
-"""Session setup, before the first iteration: measure the baseline, then create and measure one branch per seed.
+"""Session setup, before the first iteration: measure the baseline, then create and measure one branch
+per seed, then measure the session's noise floor.
+
+The noise floor: each seed is timed twice more, each time in a fresh process and both on the same
+fresh inputs, as the verify step times a head and a candidate. The largest gap between two such
+timings of the same code (relative to the slower, at least 1%) is the smallest gain an attempt
+must show. On an H200 that is about 1-2%; on a small CPU machine it can be tens of %, and then
+a gain that small is noise there. `--noise-floor` fixes it instead and skips the timings.
 
 Idempotent, so a session that died during setup resumes it: what the events already record is
 skipped, and a seed branch whose ref exists in git (a crash before its event) is reused.
@@ -7,6 +14,7 @@ All speedups are against the baseline measured here, in the same run.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent import events as ev
-from agent.beam import branch_name, geomean_se
+from agent.beam import branch_name, geomean_se, noise_floor, relative_gap
 from agent.harness.result import EvalResult
 from agent.harness.runner import evaluate
 from agent.vcs import AttemptRecord, CaseLine, VcsError
@@ -22,52 +30,58 @@ from agent.vcs import AttemptRecord, CaseLine, VcsError
 if TYPE_CHECKING:
     from agent.loop import Agent
 
+# One setup evaluation: a label (the branch, "#k" for the k-th noise timing), the file, the input
+# draw (None: a fresh one), and what the progress line says.
+Job = tuple[str, Path, "int | None", str]
+
 
 class Setup:
     def __init__(self, agent: "Agent"):
         self.agent = agent
         self.dir = agent.session.artifacts / "setup"
 
-    def _evaluate(self, path: Path, label: str, abort: threading.Event, slot: int | None) -> EvalResult:
+    def _evaluate(self, job: "Job", abort: threading.Event, slot: int | None) -> EvalResult:
         a = self.agent
+        label, path, nonce, what = job
+        branch = label.split("#")[0]
 
         def progress(msg: dict[str, Any]) -> None:
             if msg.get("type") == "stage":
-                a.emit(ev.EvalProgress(iteration=0, branch=label, stage=str(msg.get("stage")), detail="setup"))
+                a.emit(ev.EvalProgress(iteration=0, branch=branch, stage=str(msg.get("stage")), detail=what))
             elif msg.get("type") == "case" and msg.get("kind") == "benchmark":
-                a.emit(ev.EvalProgress(iteration=0, branch=label, stage="bench",
-                                       detail=f"benchmark {int(msg.get('index', 0)) + 1}/{msg.get('total')}"))
+                a.emit(ev.EvalProgress(iteration=0, branch=branch, stage="bench",
+                                       detail=f"{what}: benchmark {int(msg.get('index', 0)) + 1}/{msg.get('total')}"))
 
-        result = evaluate(path, a.task, a.eval_options(slot), on_progress=progress, cancel=abort)
+        result = evaluate(path, a.task, a.eval_options(slot, nonce=nonce), on_progress=progress, cancel=abort)
         self.dir.mkdir(mode=0o700, exist_ok=True)
-        a.write_artifact(self.dir / f"{label.replace('/', '_')}.json",
+        a.write_artifact(self.dir / f"{label.replace('/', '_').replace('#', '_')}.json",
                          json.dumps(result.to_json(), indent=1, default=str))
         return result
 
-    def _evaluate_all(self, jobs: list[tuple[str, Path]], abort: threading.Event) -> dict[str, EvalResult]:
+    def _evaluate_all(self, jobs: list["Job"], abort: threading.Event) -> dict[str, EvalResult]:
         """Evaluate setup jobs, one per evaluation slot at a time (two GPUs halve the setup)."""
         slots = queue.Queue()
         for slot in self.agent.slots:
             slots.put(slot)
 
-        def one(job: tuple[str, Path]) -> EvalResult:
+        def one(job: Job) -> EvalResult:
             slot = slots.get()
             try:
-                return self._evaluate(job[1], job[0], abort, slot)
+                return self._evaluate(job, abort, slot)
             finally:
                 slots.put(slot)
         with ThreadPoolExecutor(max_workers=max(1, len(self.agent.slots))) as pool:
-            return dict(zip((label for label, _ in jobs), pool.map(one, jobs)))
+            return dict(zip((job[0] for job in jobs), pool.map(one, jobs)))
 
     def run(self, prior: list[ev.Event], stop: threading.Event, abort: threading.Event) -> bool:
         """False when stopped or aborted before setup finished (a resume continues it)."""
         a = self.agent
         task = a.task
-        jobs: list[tuple[str, Path]] = []
+        jobs: list[Job] = []
         if task.baseline is not None and not any(isinstance(e, ev.BaselineMeasured) for e in prior):
-            jobs.append(("baseline", task.baseline))
+            jobs.append(("baseline", task.baseline, None, "setup"))
         seeds = [(branch_name(task.name, seed.stem), seed) for seed in task.seed_candidates()[: a.cfg.beam]]
-        jobs += [(name, seed) for name, seed in seeds if name not in a.state.branches]
+        jobs += [(name, seed, None, "setup") for name, seed in seeds if name not in a.state.branches]
         if stop.is_set() or abort.is_set():
             return False
         results = self._evaluate_all(jobs, abort) if jobs else {}
@@ -79,14 +93,48 @@ class Setup:
                                        message=r.message if not r.ok else "",
                                        cases=[{"spec": c.spec, "mean_us": c.mean_us, "stderr_us": c.stderr_us}
                                               for c in r.benchmarks]))
+        created = [e for e in prior if isinstance(e, ev.BranchCreated)]
         for name, seed in seeds:
             if abort.is_set():
                 return False
             if name in results:
-                self._seed(seed, name, results[name])
-        return not abort.is_set()
+                made = self._seed(seed, name, results[name])
+                if made is not None:
+                    created.append(made)
+        if abort.is_set():
+            return False
+        if a.cfg.noise_floor is None and not any(isinstance(e, ev.NoiseMeasured) for e in prior):
+            return self._measure_noise([e for e in created if e.source.startswith("seed ") and e.geomean_us],
+                                       stop, abort)
+        return True
 
-    def _seed(self, path: Path, name: str, r: EvalResult) -> None:
+    def _measure_noise(self, seeds: list[ev.BranchCreated], stop: threading.Event, abort: threading.Event) -> bool:
+        """Time each measured seed twice more, both on one fresh draw of inputs, and record the floor."""
+        a = self.agent
+        if stop.is_set():
+            return False  # a resume measures it before the first iteration
+        assert a.repo is not None
+        jobs: list[Job] = []
+        for e in seeds:
+            path = self.dir / f"noise_{e.branch.replace('/', '_')}.py"
+            self.dir.mkdir(mode=0o700, exist_ok=True)
+            a.write_artifact(path, a.repo.read(e.sha))
+            nonce = int.from_bytes(os.urandom(8), "little")
+            jobs += [(f"{e.branch}#{k}", path, nonce, f"setup: noise, timing {k} of 2") for k in (1, 2)]
+        results = self._evaluate_all(jobs, abort) if jobs else {}
+        if abort.is_set():
+            return False
+        samples = []
+        for e in seeds:
+            one, two = results[f"{e.branch}#1"], results[f"{e.branch}#2"]
+            if one.ok and two.ok and one.geomean_us and two.geomean_us:
+                samples.append({"branch": e.branch, "first_us": one.geomean_us, "again_us": two.geomean_us,
+                                "gap": relative_gap(one.geomean_us, two.geomean_us)})
+        floor = noise_floor((s["first_us"], s["again_us"]) for s in samples)
+        a.emit(ev.NoiseMeasured(floor=floor, samples=samples))
+        return True
+
+    def _seed(self, path: Path, name: str, r: EvalResult) -> ev.BranchCreated | None:
         a = self.agent
         assert a.repo is not None
         code = path.read_text()
@@ -107,11 +155,12 @@ class Setup:
                 a.repo.create_branch(name, sha)
         except VcsError as exc:
             a.emit(ev.ErrorEvent(where="setup", message=f"cannot create branch {name}: {exc}"))
-            return
-        a.emit(ev.BranchCreated(branch=name, family=path.stem, sha=sha, source=f"seed {path.name}",
-                                geomean_us=r.geomean_us if r.ok else None, geomean_se_us=se))
+            return None
+        made = a.emit(ev.BranchCreated(branch=name, family=path.stem, sha=sha, source=f"seed {path.name}",
+                                       geomean_us=r.geomean_us if r.ok else None, geomean_se_us=se))
         if not r.ok:
             a.emit(ev.ErrorEvent(where="setup", message=f"seed {path.name} failed its evaluation "
                                                       f"({r.error_class}: {r.message}); the branch starts unmeasured"))
         if a.state.branches and len(a.state.branches) == 1:
             a.repo.show(name)
+        return made

@@ -85,6 +85,9 @@ class SessionState:
     last_ts: float = 0.0
     baseline_us: float | None = None
     baseline_cases: list[dict[str, Any]] = field(default_factory=list)
+    noise_floor: float | None = None   # measured at setup (NoiseMeasured); None: not measured
+    noise_samples: list[dict[str, Any]] = field(default_factory=list)
+    noise_floor_set: float | None = None   # --noise-floor, as given at start or at the last resume
     branches: dict[str, Branch] = field(default_factory=dict)
     attempts: list[Attempt] = field(default_factory=list)
     steering: dict[str, Steering] = field(default_factory=dict)
@@ -120,6 +123,13 @@ class SessionState:
         best = self.best_us
         return self.baseline_us / best if best and self.baseline_us else None
 
+    @property
+    def floor(self) -> tuple[float, str] | None:
+        """The smallest relative gain the agent accepts, and whether it was "set" or "measured"."""
+        if self.noise_floor_set is not None:
+            return self.noise_floor_set, "set"
+        return (self.noise_floor, "measured") if self.noise_floor is not None else None
+
     def attempt(self, iteration: int) -> Attempt | None:
         return self._by_iteration.get(iteration)
 
@@ -153,11 +163,14 @@ class SessionState:
     def _on_session_started(self, e: ev.SessionStarted) -> None:
         self.name, self.task, self.proposer, self.model = e.name, e.task, e.proposer, e.model
         self.device, self.device_name, self.config = e.device, e.device_name, dict(e.config)
+        self.noise_floor_set = _fraction(e.config.get("noise_floor"))
         self.started_ts = self.started_ts or e.ts
         self.running = True
 
     def _on_session_resumed(self, e: ev.SessionResumed) -> None:
         self.running = True
+        if "noise_floor" in e.config:
+            self.noise_floor_set = _fraction(e.config["noise_floor"])
         self.stop_reason = ""
         # An iteration that was running when the previous agent died is lost; mark it.
         for a in self.attempts:
@@ -173,6 +186,10 @@ class SessionState:
     def _on_baseline_measured(self, e: ev.BaselineMeasured) -> None:
         self.baseline_us = e.geomean_us
         self.baseline_cases = list(e.cases)
+
+    def _on_noise_measured(self, e: ev.NoiseMeasured) -> None:
+        self.noise_floor = e.floor
+        self.noise_samples = list(e.samples)
 
     def _on_branch_created(self, e: ev.BranchCreated) -> None:
         b = Branch(name=e.branch, family=e.family, head_sha=e.sha, best_us=e.geomean_us, created_seq=e.seq,
@@ -308,3 +325,8 @@ class SessionState:
 
 def fold(events: Iterable[ev.Event]) -> SessionState:
     return SessionState().apply_all(events)
+
+
+def _fraction(v: Any) -> float | None:
+    """A stored option's number; None for a missing or malformed one (a hand-edited record)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

@@ -39,6 +39,8 @@ def format_event(e: ev.Event, state: SessionState) -> str | None:
         return f"baseline: {_us(e.geomean_us)}" + ("" if e.ok else f" (failed: {e.message})")
     if isinstance(e, ev.BranchCreated):
         return f"branch {e.branch}: {_us(e.geomean_us)} ({e.source})"
+    if isinstance(e, ev.NoiseMeasured):
+        return noise_line(e)
     if isinstance(e, ev.AttemptCommitted):
         a = state.attempt(e.iteration)
         why = f" - {e.reason}" if e.verdict != "accepted" and e.reason else ""
@@ -63,6 +65,16 @@ def format_event(e: ev.Event, state: SessionState) -> str | None:
     return None
 
 
+def noise_line(e: ev.NoiseMeasured) -> str:
+    """The measured floor and the pair of timings that set it."""
+    if not e.samples:
+        return f"noise floor {100 * e.floor:.1f}% (no seed could be timed again)"
+    worst = max(e.samples, key=lambda s: float(s.get("gap") or 0.0))
+    return (f"noise floor {100 * e.floor:.1f}%: gains smaller than that are not accepted (the same code timed "
+            f"{_us(worst.get('first_us'))} and {_us(worst.get('again_us'))} on {worst.get('branch')}, "
+            f"{len(e.samples)} seed(s) timed twice)")
+
+
 def ls_lines(sessions: list[Session]) -> list[str]:
     rows = [("NAME", "STATE", "TASK", "PROPOSER", "ITER", "BEST", "SPEEDUP")]
     for s in sessions:
@@ -82,6 +94,7 @@ def status_text(session: Session, state: SessionState) -> str:
            f"iterations {state.iteration}, evaluations {state.evaluations}, {hours:.2f} h"
            + (f", {rate:.0f}/h" if rate else "") + (f", ${state.cost_usd:.2f}" if state.cost_usd else ""),
            f"baseline {_us(state.baseline_us)}, best {_us(state.best_us)} ({_x(state.best_speedup)})"
+           + (f", noise floor {100 * state.floor[0]:.1f}% ({state.floor[1]})" if state.floor else "")
            + (f", focus {state.focus}" if state.focus else ""), ""]
     rows = [("BRANCH", "STATE", "BEST", "SPEEDUP", "ATTEMPTS", "ACCEPTED", "SINCE GAIN")]
     for b in state.branches.values():

@@ -49,6 +49,8 @@ def demo_events(attempts: int = 40, seed: int = 7, stopped: bool = True, results
         add(ev.BranchCreated(branch=name, family=family, sha=f"{zlib.crc32(name.encode()):08x}0000",
                              source=f"kernels/qr/candidates/{family}.py", geomean_us=us), 20)
         best[name], since[name], floor[name] = us, 0, us * 0.45
+    add(ev.NoiseMeasured(floor=0.016, samples=[{"branch": name, "first_us": us, "again_us": us * 1.016, "gap": 0.016}
+                                               for name, _, us in BRANCHES]), 0)
     names = [b[0] for b in BRANCHES]
     steer_at = {max(2, attempts // 3): ("s0000001", "try a larger panel width on cholqr", "qr/cholqr", "once"),
                 max(3, attempts // 2): ("s0000002", "prefer num_warps 8", None, "standing")}

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from agent import events as ev
-from agent.beam import Beam, BeamError, geomean_se, judge, pick_branch, plateau, recent_gain, resolve_branch
+from agent.beam import (Beam, BeamError, geomean_se, judge, noise_floor, pick_branch, plateau, recent_gain,
+                        resolve_branch)
 from agent.state import SessionState
 from agent.vcs import SessionRepo
 
@@ -39,6 +40,21 @@ def test_judge_needs_1_percent_or_2_standard_errors():
     # two timings of the candidate 4 µs apart: a 3% gain is within that run-to-run noise
     assert judge(True, "", 97.0, 0.0, 100.0, 0.0, spread=4.0).verdict == "rejected"
     assert judge(True, "", 95.0, 0.0, 100.0, 0.0, spread=4.0).verdict == "accepted"
+
+
+def test_a_measured_noise_floor_raises_the_bar_and_is_named():
+    # two timings of the same code, 100 and 80 µs: a no-op could look 20% faster than its head
+    assert noise_floor([(100.0, 80.0), (50.0, 49.0)]) == pytest.approx(0.2)
+    assert noise_floor([(100.0, 99.9)]) == 0.01          # never under the fixed 1%
+    assert noise_floor([]) == 0.01
+    assert judge(True, "", 85.0, 0.0, 100.0, 0.0).verdict == "accepted"          # 15% against 1%
+    r = judge(True, "", 85.0, 0.0, 100.0, 0.0, floor=0.2)
+    assert r.verdict == "rejected" and "20.00 µs, the session's noise floor of 20.0%" in r.reason, r.reason
+    r = judge(True, "", 75.0, 0.0, 100.0, 0.0, floor=0.2)
+    assert r.verdict == "accepted" and "noise floor of 20.0%" in r.reason, r.reason
+    # the floor is named only when it is what the gain had to beat
+    assert "noise floor" not in judge(True, "", 75.0, 0.0, 100.0, 0.0, spread=30.0, floor=0.2).reason
+    assert "noise floor" not in judge(True, "", 99.5, 0.0, 100.0, 0.0).reason
 
 
 def test_geomean_se_from_per_case_stderr():

@@ -47,6 +47,28 @@ def test_model_folds_the_demo_run() -> None:
     assert m.activity and m.activity[-1].text.startswith("agent stopped")
 
 
+def test_the_noise_floor_shows_in_the_activity_log_and_the_status() -> None:
+    from agent.summary import status_text
+
+    m = folded(3)
+    line = next(a for a in m.activity if "noise floor" in a.text)
+    assert line.text.startswith("noise floor 1.6%: gains smaller than that are not accepted") and line.level == "info"
+    assert "3 seed(s) timed twice" in line.text
+    big = ev.NoiseMeasured(floor=0.31, samples=[{"branch": "qr/cholqr", "first_us": 100.0, "again_us": 145.0,
+                                                 "gap": 0.31}], seq=999, ts=m.state.last_ts)
+    m.apply([big])
+    assert m.activity[-1].level == "warn" and "100.00 µs and 145.00 µs on qr/cholqr" in m.activity[-1].text
+    assert m.state.floor == (0.31, "measured")
+
+    class _Session:
+        name = "demo"
+
+        @staticmethod
+        def holder() -> None:
+            return None
+    assert "noise floor 31.0% (measured)" in status_text(_Session(), m.state)
+
+
 def test_unknown_event_types_are_ignored() -> None:
     m = ConsoleModel()
     before = dict(m.versions)

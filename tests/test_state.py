@@ -72,3 +72,19 @@ def test_round_trip_through_json():
     for e in story():
         again = ev.parse_line(__import__("json").dumps(e.to_json()))
         assert again == e
+
+
+def test_the_noise_floor_is_measured_or_set_and_a_resume_can_change_it():
+    measured = ev.NoiseMeasured(floor=0.2, samples=[{"branch": "qr/a", "first_us": 100.0, "again_us": 80.0,
+                                                      "gap": 0.2}])
+    assert fold(story()).floor is None
+    st = fold(story() + [measured])
+    assert st.floor == (0.2, "measured") and st.noise_samples[0]["branch"] == "qr/a"
+    started = ev.SessionStarted(name="s", task="qr", task_path="/t", proposer="tune", config={"noise_floor": 0.03})
+    assert fold([started, measured]).floor == (0.03, "set")
+    resumed = ev.SessionResumed(pid=1, next_iteration=4, config={"noise_floor": 0.05})
+    assert fold(story() + [measured, resumed]).floor == (0.05, "set")
+    # a resume that does not give it keeps what was set; a malformed stored value is ignored
+    assert fold([started, measured, ev.SessionResumed(pid=1, next_iteration=1)]).floor == (0.03, "set")
+    bad = ev.SessionStarted(name="s", task="qr", task_path="/t", proposer="tune", config={"noise_floor": "high"})
+    assert fold([bad, measured]).floor == (0.2, "measured")

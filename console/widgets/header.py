@@ -43,6 +43,8 @@ class SessionHeader(Static):
         line2.append("best ")
         line2.append(f"{fmt.us(s.best_us)} µs {fmt.speedup(s.best_speedup)}", style="bold")
         line2.append(f" │ baseline {fmt.us(s.baseline_us)} µs")
+        if s.floor:
+            line2.append(f" │ noise floor {100 * s.floor[0]:.1f}%" + (" (set)" if s.floor[1] == "set" else ""))
         if s.tokens or s.cost_usd:
             line2.append(f" │ {s.tokens / 1000:.1f}k tok ${s.cost_usd:.2f}")
         if s.focus:
