@@ -89,9 +89,10 @@ class BaselineMeasured(Event):
 class NoiseMeasured(Event):
     """The session's noise floor: the smallest relative gain an attempt must show to be accepted.
 
-    Measured at setup by timing each seed a second time in a fresh process: the largest relative
-    gap between two timings of the same code (at least 1%). `samples` holds one entry per seed:
-    {"branch", "first_us", "again_us", "gap"}; a seed whose second timing failed is left out.
+    Measured at setup by timing each seed twice more, each time in a fresh process, both on one
+    draw of inputs: the largest relative gap between two timings of the same code (at least 1%).
+    `samples` holds one entry per seed: {"branch", "first_us", "again_us", "gap"}, the two timings
+    and their gap; a seed that failed either timing is left out (and reported by an error event).
     """
     type: ClassVar[str] = "noise_measured"
     floor: float

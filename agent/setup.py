@@ -4,8 +4,9 @@ per seed, then measure the session's noise floor.
 The noise floor: each seed is timed twice more, each time in a fresh process and both on the same
 fresh inputs, as the verify step times a head and a candidate. The largest gap between two such
 timings of the same code (relative to the slower, at least 1%) is the smallest gain an attempt
-must show. On an H200 that is about 1-2%; on a small CPU machine it can be tens of %, and then
-a gain that small is noise there. `--noise-floor` fixes it instead and skips the timings.
+must show. On an H200, where the same code has timed within 1-2% between processes, it should
+stay near that; on a small CPU machine it can be tens of %, and a gain under it is noise there.
+`--noise-floor` fixes it instead and skips the timings.
 
 Idempotent, so a session that died during setup resumes it: what the events already record is
 skipped, and a seed branch whose ref exists in git (a crash before its event) is reused.
@@ -40,7 +41,7 @@ class Setup:
         self.agent = agent
         self.dir = agent.session.artifacts / "setup"
 
-    def _evaluate(self, job: "Job", abort: threading.Event, slot: int | None) -> EvalResult:
+    def _evaluate(self, job: Job, abort: threading.Event, slot: int | None) -> EvalResult:
         a = self.agent
         label, path, nonce, what = job
         branch = label.split("#")[0]
@@ -58,7 +59,7 @@ class Setup:
                          json.dumps(result.to_json(), indent=1, default=str))
         return result
 
-    def _evaluate_all(self, jobs: list["Job"], abort: threading.Event) -> dict[str, EvalResult]:
+    def _evaluate_all(self, jobs: list[Job], abort: threading.Event) -> dict[str, EvalResult]:
         """Evaluate setup jobs, one per evaluation slot at a time (two GPUs halve the setup)."""
         slots = queue.Queue()
         for slot in self.agent.slots:
@@ -115,21 +116,32 @@ class Setup:
             return False  # a resume measures it before the first iteration
         assert a.repo is not None
         jobs: list[Job] = []
+        timed = []
         for e in seeds:
             path = self.dir / f"noise_{e.branch.replace('/', '_')}.py"
+            try:
+                code = a.repo.read(e.sha)
+            except VcsError as exc:
+                a.emit(ev.ErrorEvent(where="setup", message=f"cannot read seed {e.branch} for the noise floor: {exc}"))
+                continue
             self.dir.mkdir(mode=0o700, exist_ok=True)
-            a.write_artifact(path, a.repo.read(e.sha))
+            a.write_artifact(path, code)
             nonce = int.from_bytes(os.urandom(8), "little")
             jobs += [(f"{e.branch}#{k}", path, nonce, f"setup: noise, timing {k} of 2") for k in (1, 2)]
+            timed.append(e)
         results = self._evaluate_all(jobs, abort) if jobs else {}
         if abort.is_set():
             return False
         samples = []
-        for e in seeds:
+        for e in timed:
             one, two = results[f"{e.branch}#1"], results[f"{e.branch}#2"]
             if one.ok and two.ok and one.geomean_us and two.geomean_us:
                 samples.append({"branch": e.branch, "first_us": one.geomean_us, "again_us": two.geomean_us,
                                 "gap": relative_gap(one.geomean_us, two.geomean_us)})
+            else:  # it passed at its first timing: a failure now is worth a line of its own
+                bad = one if not (one.ok and one.geomean_us) else two
+                a.emit(ev.ErrorEvent(where="setup", message=f"seed {e.branch} failed when timed again for the noise "
+                                                           f"floor ({bad.error_class}: {bad.message}); left out of it"))
         floor = noise_floor((s["first_us"], s["again_us"]) for s in samples)
         a.emit(ev.NoiseMeasured(floor=floor, samples=samples))
         return True
