@@ -99,6 +99,14 @@ class NoiseMeasured(Event):
     samples: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class NoiseFloorSet(Event):
+    """The floor changed while the session runs (`/noise`): a fraction, or None for the measured one."""
+    type: ClassVar[str] = "noise_floor_set"
+    floor: float | None
+    steering_id: str | None = None
+
+
 # -- beam ----------------------------------------------------------------------------------
 @dataclass
 class BranchCreated(Event):

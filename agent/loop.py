@@ -204,7 +204,8 @@ class Agent:
         self.proposer = make_proposer(self.cfg)
         self.bench = Workbench(self)
         self.beam = Beam(self.state, self.repo, self.emit, self.task.name)
-        self.steering = Steering(self.session, self.state, self.beam, self.emit, self.bench.check_set, self._set_budget)
+        self.steering = Steering(self.session, self.state, self.beam, self.emit, self.bench.check_set, self._set_budget,
+                                 self._set_noise)
         self.steering.restore()
         if not Setup(self).run(prior, stop, abort):
             return ("abort", "") if abort.is_set() else (self.stop_reason, "stopped during setup")
@@ -524,6 +525,11 @@ class Agent:
         write_config(self.session, self.cfg.to_toml())
         self._budget_said = ""
         return ", ".join(f"{k.replace('max_', '')}={'none' if v is None else f'{v:g}'}" for k, v in changes.items())
+
+    def _set_noise(self, floor: float | None) -> float:
+        self.cfg.noise_floor = floor
+        write_config(self.session, self.cfg.to_toml())
+        return self.noise_floor
 
     def _slots(self) -> list[int | None]:
         """One evaluation at a time per GPU (`--gpus 0,1`: two, each on its own GPU); the CPU has one slot."""

@@ -87,7 +87,7 @@ class SessionState:
     baseline_cases: list[dict[str, Any]] = field(default_factory=list)
     noise_floor: float | None = None   # measured at setup (NoiseMeasured); None: not measured
     noise_samples: list[dict[str, Any]] = field(default_factory=list)
-    noise_floor_set: float | None = None   # --noise-floor, as given at start or at the last resume
+    noise_floor_set: float | None = None   # --noise-floor (at start or the last resume) or /noise, the latest
     branches: dict[str, Branch] = field(default_factory=dict)
     attempts: list[Attempt] = field(default_factory=list)
     steering: dict[str, Steering] = field(default_factory=dict)
@@ -190,6 +190,9 @@ class SessionState:
     def _on_noise_measured(self, e: ev.NoiseMeasured) -> None:
         self.noise_floor = e.floor
         self.noise_samples = list(e.samples)
+
+    def _on_noise_floor_set(self, e: ev.NoiseFloorSet) -> None:
+        self.noise_floor_set = _fraction(e.floor)
 
     def _on_branch_created(self, e: ev.BranchCreated) -> None:
         b = Branch(name=e.branch, family=e.family, head_sha=e.sha, best_us=e.geomean_us, created_seq=e.seq,

@@ -25,6 +25,7 @@ HELP = {
     "/drop ID": "remove a pending or standing prompt",
     "/set KEY=VALUE ...": "force CONFIG values from SPACE on the next attempt (--standing: keep them)",
     "/budget iterations=N hours=H cost=USD": "change the run's budgets",
+    "/noise [2%|0.02|measured]": "set the smallest gain accepted, or go back to the measured floor; alone: show it",
     "/abort": "cancel the evaluation running now (the only thing that interrupts one)",
     "/stop": "stop the agent after the current evaluation",
     "/help": "this list",
@@ -83,6 +84,22 @@ def parse_budget(args: list[str]) -> dict[str, float | None]:
     return out
 
 
+def parse_noise(args: list[str]) -> float | None:
+    """`/noise 2%` or `/noise 0.02` -> 0.02; `/noise measured` -> None (the floor measured at setup)."""
+    if len(args) != 1:
+        raise SteeringError("usage: /noise 2% (or 0.02), or /noise measured")
+    word = args[0].lower()
+    if word in ("measured", "auto"):
+        return None
+    try:
+        value = float(word[:-1]) / 100 if word.endswith("%") else float(word)
+    except ValueError:
+        raise SteeringError(f"/noise takes a percentage (2%), a fraction (0.02) or 'measured', not {args[0]!r}") from None
+    if not 0 <= value < 1:
+        raise SteeringError(f"/noise {args[0]}: the floor is a fraction of the head's time from 0 to 1 (0.02 or 2%)")
+    return value
+
+
 def _clean_id(raw: object) -> str:
     return clean_text(str(raw))[:64] or "s?"
 
@@ -92,13 +109,15 @@ class Steering:
 
     def __init__(self, session: Session, state: SessionState, beam: Beam, emit: Callable[[ev.Event], ev.Event],
                  check_set: Callable[[str, dict[str, str]], dict[str, Any]],
-                 set_budget: Callable[[dict[str, float | None]], str]):
+                 set_budget: Callable[[dict[str, float | None]], str],
+                 set_noise: Callable[[float | None], float] | None = None):
         self.session = session
         self.state = state
         self.beam = beam
         self.emit = emit
         self.check_set = check_set
         self.set_budget = set_budget
+        self.set_noise = set_noise   # applies a floor (None: the measured one); returns the floor now in force
         self.offset = state.inbox_offset
         self.pending: dict[str, Directive] = {}
         self.stop_requested = False
@@ -230,6 +249,8 @@ class Steering:
             return f"dropped {args[0]}", None
         if name == "/budget":
             return self.set_budget(parse_budget(args)), None
+        if name == "/noise":
+            return self._noise(sid, args), None
         if name == "/abort":
             if sid in self.abort_acted:
                 return f"aborted the evaluation of #{self.abort_acted[sid]}", None
@@ -240,6 +261,20 @@ class Steering:
         if name == "/help":
             return "; ".join(f"{k}: {v}" for k, v in HELP.items()), None
         raise SteeringError(f"unknown command {name} (try /help)")
+
+    def _noise(self, sid: str, args: list[str]) -> str:
+        floor = self.state.floor
+        now = f"{100 * floor[0]:.1f}% ({floor[1]})" if floor else "1.0% (the fixed floor; none measured)"
+        if not args:
+            return f"noise floor {now}"
+        value = parse_noise(args)
+        if self.set_noise is None:
+            raise SteeringError("this agent cannot change the noise floor")
+        if value is None and self.state.noise_floor is None:
+            raise SteeringError("no noise floor was measured in this session (it was set with --noise-floor)")
+        in_force = self.set_noise(value)
+        self.emit(ev.NoiseFloorSet(floor=value, steering_id=sid))
+        return f"noise floor {100 * in_force:.1f}%" + (" (measured)" if value is None else "") + f", was {now}"
 
     # -- use by iterations -------------------------------------------------------------------
     def for_branch(self, branch: str) -> list[Directive]:

@@ -41,6 +41,8 @@ def format_event(e: ev.Event, state: SessionState) -> str | None:
         return f"branch {e.branch}: {_us(e.geomean_us)} ({e.source})"
     if isinstance(e, ev.NoiseMeasured):
         return noise_line(e)
+    if isinstance(e, ev.NoiseFloorSet):
+        return floor_set_line(e, state)
     if isinstance(e, ev.AttemptCommitted):
         a = state.attempt(e.iteration)
         why = f" - {e.reason}" if e.verdict != "accepted" and e.reason else ""
@@ -73,6 +75,14 @@ def noise_line(e: ev.NoiseMeasured) -> str:
     return (f"noise floor {100 * e.floor:.1f}%: gains smaller than that are not accepted (the same code timed "
             f"{_us(worst.get('first_us'))} and {_us(worst.get('again_us'))} on {worst.get('branch')}, "
             f"{len(e.samples)} seed(s) timed twice)")
+
+
+def floor_set_line(e: ev.NoiseFloorSet, state: SessionState) -> str:
+    by = f" by {e.steering_id}" if e.steering_id else ""
+    if e.floor is None:
+        measured = f"{100 * state.noise_floor:.1f}%" if state.noise_floor is not None else "none"
+        return f"noise floor back to the measured one ({measured}){by}"
+    return f"noise floor set to {100 * e.floor:.1f}%{by}"
 
 
 def ls_lines(sessions: list[Session]) -> list[str]:

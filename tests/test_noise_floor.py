@@ -16,6 +16,7 @@ import pytest
 import agent.setup as setup_mod
 from agent import events as ev
 from agent.loop import Agent, prepare_session
+from agent.session import append_inbox
 from fixtures.agent_helpers import check_record, config, events, of_type, tiny_task
 
 # a real gain of about 20%: the seed sleeps 1000 µs a call
@@ -76,7 +77,8 @@ def test_the_floor_is_measured_at_setup_and_a_gain_under_it_is_rejected(tmp_path
     st = check_record(s)
     assert st.floor == (noise.floor, "measured")
 
-    # a resume does not measure it again, and judges by the recorded floor
+    # the person lowers the floor from the steering pane; a resume does not measure it again
+    sid = append_inbox(s, "/noise 1%", None, "once")["id"]
     timed.clear()
     cfg = config(Path(st.config["task"]), proposer="command", command=st.config["command"], max_iterations=2,
                  noise_floor=None)
@@ -84,8 +86,14 @@ def test_the_floor_is_measured_at_setup_and_a_gain_under_it_is_rejected(tmp_path
     assert Agent(s, cfg).run() == "budget"
     again = events(s)
     assert timed == [] and len(of_type(again, ev.NoiseMeasured)) == 1
-    assert of_type(again, ev.AttemptCommitted)[-1].verdict == "rejected"
-    check_record(s)
+    applied = [e for e in of_type(again, ev.SteeringApplied) if e.id == sid]
+    assert applied and applied[0].detail == f"noise floor 1.0%, was {100 * noise.floor:.1f}% (measured)"
+    assert [(e.floor, e.steering_id) for e in of_type(again, ev.NoiseFloorSet)] == [(0.01, sid)]
+    # the same real 20% gain, proposed again, now clears the bar
+    commit = of_type(again, ev.AttemptCommitted)[-1]
+    assert commit.iteration == 2 and commit.verdict == "accepted", commit.reason
+    assert "noise_floor = 0.01" in (s.dir / "session.toml").read_text()
+    assert check_record(s).floor == (0.01, "set")
 
 
 @pytest.mark.slow

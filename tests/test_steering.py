@@ -37,7 +37,7 @@ class Rig:
 
     def new_steering(self) -> Steering:
         beam = Beam(self.state, self.repo, self.emit, "qr")
-        return Steering(self.session, self.state, beam, self.emit, self.check_set, self.set_budget)
+        return Steering(self.session, self.state, beam, self.emit, self.check_set, self.set_budget, self.set_noise)
 
     def emit(self, e: ev.Event) -> ev.Event:
         self.log.append(e)
@@ -51,6 +51,10 @@ class Rig:
     def set_budget(self, changes: dict) -> str:
         self.budget.update(changes)
         return str(changes)
+
+    def set_noise(self, floor: float | None) -> float:
+        self.noise = floor
+        return floor if floor is not None else (self.state.noise_floor or 0.01)
 
     def say(self, text: str, target: str | None = None, scope: str = "once") -> str:
         return append_inbox(self.session, text, target, scope)["id"]
@@ -89,6 +93,29 @@ def test_commands_apply_or_are_rejected_with_a_reason(rig: Rig):
     assert "needs a number" in rig.outcome(ids["/budget hours=abc"]).reason
     assert "was killed" in rig.outcome(ids["/resume steady"]).reason
     assert rig.steering.drain() == 0          # each line is read once
+
+
+def test_noise_sets_shows_and_restores_the_floor(rig: Rig):
+    ids = {t: rig.say(t) for t in ["/noise", "/noise measured", "/noise 2", "/noise lots", "/noise 1 2"]}
+    rig.steering.drain()
+    assert rig.outcome(ids["/noise"]).detail == "noise floor 1.0% (the fixed floor; none measured)"
+    assert "no noise floor was measured" in rig.outcome(ids["/noise measured"]).reason
+    assert "from 0 to 1 (0.02 or 2%)" in rig.outcome(ids["/noise 2"]).reason
+    assert "not 'lots'" in rig.outcome(ids["/noise lots"]).reason
+    assert "usage: /noise" in rig.outcome(ids["/noise 1 2"]).reason
+    assert not of_type(events(rig.session), ev.NoiseFloorSet) and not hasattr(rig, "noise")
+
+    rig.emit(ev.NoiseMeasured(floor=0.25, samples=[]))
+    ids = {t: rig.say(t) for t in ["/noise 2.5%", "/noise", "/noise measured", "/noise 0.03"]}
+    rig.steering.drain()
+    assert rig.outcome(ids["/noise 2.5%"]).detail == "noise floor 2.5%, was 25.0% (measured)"
+    assert rig.outcome(ids["/noise"]).detail == "noise floor 2.5% (set)"
+    assert rig.outcome(ids["/noise measured"]).detail == "noise floor 25.0% (measured), was 2.5% (set)"
+    assert rig.outcome(ids["/noise 0.03"]).detail == "noise floor 3.0%, was 25.0% (measured)"
+    sets = of_type(events(rig.session), ev.NoiseFloorSet)
+    assert [(e.floor, e.steering_id) for e in sets] == [(0.025, ids["/noise 2.5%"]), (None, ids["/noise measured"]),
+                                                        (0.03, ids["/noise 0.03"])]
+    assert rig.noise == 0.03 and fold(events(rig.session)).floor == (0.03, "set")
 
 
 def test_prompts_wait_for_an_iteration_of_their_target(rig: Rig):
