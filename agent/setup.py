@@ -5,8 +5,8 @@ The noise floor: each seed is timed twice more, each time in a fresh process and
 fresh inputs, as the verify step times a head and a candidate. The largest gap between two such
 timings of the same code (relative to the slower, at least 1%) is the smallest gain an attempt
 must show. On an H200, where the same code has timed within 1-2% between processes, it should
-stay near that; on a small CPU machine it can be tens of %, and a gain under it is noise there.
-`--noise-floor` fixes it instead and skips the timings.
+stay near that; on a 2-core VM two sessions measured 5.8% and 1.4% (BENCHMARKS.md).
+`--noise-floor` fixes it instead and skips the timings; `/noise` changes it while the agent runs.
 
 Idempotent, so a session that died during setup resumes it: what the events already record is
 skipped, and a seed branch whose ref exists in git (a crash before its event) is reused.
