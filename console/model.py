@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from agent import events as ev
 from agent.state import Attempt, SessionState
-from agent.summary import noise_line
+from agent.summary import floor_set_line, noise_line
 from console import fmt
 from console.alerts import Alert, alert_for
 from console.digest import Digest
@@ -28,6 +28,7 @@ _ASPECTS_OF: dict[str, tuple[str, ...]] = {
     "agent_stopped": ("attempts",),         # ... and one still "running" is not any more
     "baseline_measured": ("header", "beam", "chart"),
     "noise_measured": ("header",),
+    "noise_floor_set": ("header",),
     "branch_created": ("beam", "chart", "steering"),
     "branch_state_changed": ("beam",),
     "focus_changed": ("beam",),
@@ -255,6 +256,8 @@ def activity_line(e: ev.Event, state: SessionState) -> ActivityLine | None:
     elif isinstance(e, ev.NoiseMeasured):
         text = noise_line(e)
         level = "warn" if e.floor > 0.05 else "info"
+    elif isinstance(e, ev.NoiseFloorSet):
+        text = floor_set_line(e, state)
     elif isinstance(e, ev.BranchCreated):
         text = f"branch {e.branch} created ({e.source or e.family})" + (
             f" at {fmt.us(e.geomean_us)} µs" if e.geomean_us else "")
