@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 # One setup evaluation: a label (the branch, "#k" for the k-th noise timing), the file, the input
 # draw (None: a fresh one), and what the progress line says.
-Job = tuple[str, Path, "int | None", str]
+Job = tuple[str, Path, int | None, str]
 
 
 class Setup:
