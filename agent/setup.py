@@ -59,20 +59,22 @@ class Setup:
                          json.dumps(result.to_json(), indent=1, default=str))
         return result
 
-    def _evaluate_all(self, jobs: list[Job], abort: threading.Event) -> dict[str, EvalResult]:
-        """Evaluate setup jobs, one per evaluation slot at a time (two GPUs halve the setup)."""
+    def _evaluate_all(self, groups: list[list[Job]], abort: threading.Event) -> dict[str, EvalResult]:
+        """Evaluate setup jobs, one per evaluation slot at a time (two GPUs halve the setup). The jobs of
+        a group run one after the other on one slot: the two noise timings of a seed compare like
+        with like, as verify's do, and not one GPU with another."""
         slots = queue.Queue()
         for slot in self.agent.slots:
             slots.put(slot)
 
-        def one(job: Job) -> EvalResult:
+        def run(group: list[Job]) -> list[tuple[str, EvalResult]]:
             slot = slots.get()
             try:
-                return self._evaluate(job, abort, slot)
+                return [(job[0], self._evaluate(job, abort, slot)) for job in group]
             finally:
                 slots.put(slot)
         with ThreadPoolExecutor(max_workers=max(1, len(self.agent.slots))) as pool:
-            return dict(zip((job[0] for job in jobs), pool.map(one, jobs)))
+            return {label: r for done in pool.map(run, groups) for label, r in done}
 
     def run(self, prior: list[ev.Event], stop: threading.Event, abort: threading.Event) -> bool:
         """False when stopped or aborted before setup finished (a resume continues it)."""
@@ -85,7 +87,7 @@ class Setup:
         jobs += [(name, seed, None, "setup") for name, seed in seeds if name not in a.state.branches]
         if stop.is_set() or abort.is_set():
             return False
-        results = self._evaluate_all(jobs, abort) if jobs else {}
+        results = self._evaluate_all([[job] for job in jobs], abort) if jobs else {}
         if abort.is_set():
             return False  # cancelled evaluations measured nothing; a resume redoes them
         if "baseline" in results:
@@ -115,7 +117,7 @@ class Setup:
         if stop.is_set():
             return False  # a resume measures it before the first iteration
         assert a.repo is not None
-        jobs: list[Job] = []
+        pairs: list[list[Job]] = []
         timed = []
         for e in seeds:
             path = self.dir / f"noise_{e.branch.replace('/', '_')}.py"
@@ -127,9 +129,9 @@ class Setup:
             self.dir.mkdir(mode=0o700, exist_ok=True)
             a.write_artifact(path, code)
             nonce = int.from_bytes(os.urandom(8), "little")
-            jobs += [(f"{e.branch}#{k}", path, nonce, f"setup: noise, timing {k} of 2") for k in (1, 2)]
+            pairs.append([(f"{e.branch}#{k}", path, nonce, f"setup: noise, timing {k} of 2") for k in (1, 2)])
             timed.append(e)
-        results = self._evaluate_all(jobs, abort) if jobs else {}
+        results = self._evaluate_all(pairs, abort) if pairs else {}
         if abort.is_set():
             return False
         samples = []

@@ -128,3 +128,38 @@ def test_a_floor_out_of_range_is_refused_by_name(tmp_path: Path):
         assert r.returncode == 2 and "--noise-floor is a fraction of the head's time" in r.stderr, r.stderr
         assert f"not {float(bad)}" in r.stderr
     assert not (tmp_path / "x").exists()   # nothing was created
+
+
+def test_the_two_timings_of_a_seed_run_one_after_the_other_on_one_gpu(tmp_path: Path, monkeypatch):
+    """With two GPUs, seeds are timed two at a time, but a pair never spans both GPUs: verify
+    compares a head and a candidate on one GPU, and the floor must measure the same noise."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from agent.harness.result import EvalResult
+
+    calls, lock = [], threading.Lock()
+
+    def fake_evaluate(path, task, options, **kwargs):
+        with lock:
+            calls.append(("start", options.gpu, options.nonce, Path(path).name))
+        time.sleep(0.05)
+        with lock:
+            calls.append(("end", options.gpu, options.nonce, Path(path).name))
+        return EvalResult(ok=True, error_class=None, message="", stage=None, mode="quick", device="cuda", task="t",
+                          candidate=str(path), geomean_us=100.0)
+
+    monkeypatch.setattr(setup_mod, "evaluate", fake_evaluate)
+    agent = SimpleNamespace(slots=[0, 1], task=None, session=SimpleNamespace(artifacts=tmp_path),
+                            eval_options=lambda gpu, nonce=None: SimpleNamespace(gpu=gpu, nonce=nonce),
+                            emit=lambda e: e, write_artifact=lambda path, text: Path(path).write_text(text))
+    groups = [[(f"t/{s}#{k}", tmp_path / f"noise_{s}.py", n, "noise") for k in (1, 2)]
+              for n, s in enumerate(("a", "b", "c", "d"), 1)]
+    results = setup_mod.Setup(agent)._evaluate_all(groups, threading.Event())
+    assert sorted(results) == sorted(job[0] for g in groups for job in g)
+    for nonce in (1, 2, 3, 4):
+        mine = [c for c in calls if c[2] == nonce]
+        assert len({c[1] for c in mine}) == 1, mine                        # one GPU for both timings
+        assert [c[0] for c in mine] == ["start", "end", "start", "end"], mine  # one after the other
+    assert {c[1] for c in calls} == {0, 1}                                 # and both GPUs were used
