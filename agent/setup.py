@@ -1,8 +1,8 @@
 """Session setup, before the first iteration: measure the baseline, then create and measure one branch
 per seed, then measure the session's noise floor.
 
-The noise floor: each seed is timed twice more, each time in a fresh process and both on the same
-fresh inputs, as the verify step times a head and a candidate. The largest gap between two such
+The noise floor: each seed is timed twice more, each time in a fresh process, one after the other
+on one GPU and on the same fresh inputs, as the verify step times a head and a candidate. The largest gap between two such
 timings of the same code (relative to the slower, at least 1%) is the smallest gain an attempt
 must show. On an H200, where the same code has timed within 1-2% between processes, it should
 stay near that; on a 2-core VM two sessions measured 5.8% and 1.4% (BENCHMARKS.md).
