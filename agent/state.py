@@ -73,6 +73,11 @@ class Steering:
     received_ts: float = 0.0
 
 
+# A measured noise floor above this is worth a warning: the same code has timed within 1-2% on an
+# H200. (Here, not in agent.beam, which imports gitpython: the console's first paint does not need it.)
+HIGH_NOISE_FLOOR = 0.05
+
+
 @dataclass
 class SessionState:
     name: str = ""

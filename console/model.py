@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from agent import events as ev
-from agent.state import Attempt, SessionState
+from agent.state import HIGH_NOISE_FLOOR, Attempt, SessionState
 from agent.summary import floor_set_line, noise_line
 from console import fmt
 from console.alerts import Alert, alert_for
@@ -255,7 +255,7 @@ def activity_line(e: ev.Event, state: SessionState) -> ActivityLine | None:
         level = "info" if e.ok else "error"
     elif isinstance(e, ev.NoiseMeasured):
         text = noise_line(e)
-        level = "warn" if e.floor > 0.05 else "info"
+        level = "warn" if e.floor > HIGH_NOISE_FLOOR else "info"
     elif isinstance(e, ev.NoiseFloorSet):
         text = floor_set_line(e, state)
     elif isinstance(e, ev.BranchCreated):

@@ -55,9 +55,9 @@ def test_console_run_needs_a_terminal(tmp_path: Path) -> None:
     assert out.returncode == 2 and "needs a terminal" in out.stderr
 
 
-def test_textual_and_matplotlib_load_only_when_needed() -> None:
-    code = ("import sys, console.cli, console.model, console.tail, console.backlog, console.digest;"
-            "print(sorted(m for m in ('textual', 'matplotlib', 'plotext') if m in sys.modules))")
+def test_textual_matplotlib_and_gitpython_load_only_when_needed() -> None:
+    code = ("import sys, console.cli, console.model, console.tail, console.backlog, console.digest, console.alerts;"
+            "print(sorted(m for m in ('textual', 'matplotlib', 'plotext', 'git') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
 

@@ -129,6 +129,9 @@ def test_alerts_only_for_live_events() -> None:
     m.apply([ev.PlateauDetected(branch="qr/cholqr", attempts_since_gain=9, minutes_since_gain=30, seq=10**6)])
     assert m.apply([ev.PlateauDetected(branch="qr/cholqr", attempts_since_gain=9, minutes_since_gain=30,
                                        seq=10**6 + 1)])[0].title == "Plateau"
+    assert m.apply([ev.NoiseMeasured(floor=0.03, seq=10**6 + 2)]) == []          # a floor like a GPU's: quiet
+    (high,) = m.apply([ev.NoiseMeasured(floor=0.434, seq=10**6 + 3)])
+    assert high.title == "High noise floor" and "differed by 43.4%" in high.message and high.severity == "warning"
 
 
 def test_seen_store_round_trip(tmp_path: Path) -> None:
