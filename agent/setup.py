@@ -5,8 +5,8 @@ The noise floor: each seed is timed twice more, each time in a fresh process, on
 on one GPU and on the same fresh inputs, as the verify step times a head and a candidate. The
 largest gap between two such timings of the same code (relative to the slower, at least 1%) is
 the smallest gain an attempt must show. On an H200, where the same code has timed within 1-2%
-between processes, it should stay near that; on a 2-core VM four sessions measured 5.8%, 1.4%,
-43.4% and 16.5% (BENCHMARKS.md). `--noise-floor` fixes it instead and skips the timings;
+between processes, it should stay near that; on a 2-core VM five sessions measured 1.4% to
+43.4% (BENCHMARKS.md). `--noise-floor` fixes it instead and skips the timings;
 `/noise` changes it while the agent runs.
 
 Idempotent, so a session that died during setup resumes it: what the events already record is
