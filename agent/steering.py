@@ -94,7 +94,8 @@ def parse_noise(args: list[str]) -> float | None:
     try:
         value = float(word[:-1]) / 100 if word.endswith("%") else float(word)
     except ValueError:
-        raise SteeringError(f"/noise takes a percentage (2%), a fraction (0.02) or 'measured', not {args[0]!r}") from None
+        raise SteeringError(f"/noise takes a percentage (2%), a fraction (0.02) or 'measured', "
+                            f"not {args[0]!r}") from None
     if not 0 <= value < 1:
         raise SteeringError(f"/noise {args[0]}: the floor is a fraction of the head's time from 0 to 1 (0.02 or 2%)")
     return value
@@ -110,7 +111,7 @@ class Steering:
     def __init__(self, session: Session, state: SessionState, beam: Beam, emit: Callable[[ev.Event], ev.Event],
                  check_set: Callable[[str, dict[str, str]], dict[str, Any]],
                  set_budget: Callable[[dict[str, float | None]], str],
-                 set_noise: Callable[[float | None], float] | None = None):
+                 set_noise: Callable[[float | None], float]):
         self.session = session
         self.state = state
         self.beam = beam
@@ -268,8 +269,6 @@ class Steering:
         if not args:
             return f"noise floor {now}"
         value = parse_noise(args)
-        if self.set_noise is None:
-            raise SteeringError("this agent cannot change the noise floor")
         if value is None and self.state.noise_floor is None:
             raise SteeringError("no noise floor was measured in this session (it was set with --noise-floor)")
         in_force = self.set_noise(value)

@@ -163,3 +163,30 @@ def test_the_two_timings_of_a_seed_run_one_after_the_other_on_one_gpu(tmp_path: 
         assert len({c[1] for c in mine}) == 1, mine                        # one GPU for both timings
         assert [c[0] for c in mine] == ["start", "end", "start", "end"], mine  # one after the other
     assert {c[1] for c in calls} == {0, 1}                                 # and both GPUs were used
+
+
+@pytest.mark.slow
+def test_a_session_from_before_the_floor_gets_it_measured_at_its_next_resume(tmp_path: Path, monkeypatch):
+    import json
+
+    timed, items, s = _run(tmp_path, monkeypatch, "old", noise_floor=0.01)
+    assert not of_type(items, ev.NoiseMeasured)
+    # make it a record of an older Steer: no noise_floor in session.toml nor in session_started
+    toml = s.dir / "session.toml"
+    toml.write_text("".join(line for line in toml.read_text().splitlines(True) if not line.startswith("noise_floor")))
+    lines = s.events_path.read_text().splitlines(True)
+    first = json.loads(lines[0])
+    first["config"].pop("noise_floor")
+    s.events_path.write_text(json.dumps(first) + "\n" + "".join(lines[1:]))
+    timed.clear()
+    cfg = config(Path(first["config"]["task"]), max_iterations=2, noise_floor=None)
+    cfg = dataclasses.replace(cfg, explicit=frozenset({"max_iterations"}))
+    assert Agent(s, cfg).run() == "budget"
+    again = events(s)
+    (noise,) = of_type(again, ev.NoiseMeasured)
+    assert [t[0] for t in timed] == ["noise_tiny_sleepy.py", "noise_tiny_sleepy.py"]
+    assert of_type(items, ev.AttemptCommitted)[-1].verdict == "accepted"          # the head has moved on ...
+    timed_code = (s.dir / "artifacts" / "setup" / "noise_tiny_sleepy.py").read_text()
+    assert '"delay_us": 1000' in timed_code                                         # ... the seed is timed
+    assert noise.seq > of_type(again, ev.SessionResumed)[-1].seq and noise.samples[0]["branch"] == "tiny/sleepy"
+    assert check_record(s).floor == (noise.floor, "measured")
