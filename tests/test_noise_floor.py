@@ -19,18 +19,19 @@ from agent.loop import Agent, prepare_session
 from agent.session import append_inbox
 from fixtures.agent_helpers import check_record, config, events, of_type, tiny_task
 
-# a real gain of about 20%: the seed sleeps 1000 µs a call
+# a real gain of about half: the seed sleeps 1000 µs a call, the candidate 200. A smaller cut is not
+# a sure gain on a loaded machine: CI once timed sleep(800 µs) at 1,412 µs and sleep(1000 µs) at 1,389.
 FASTER = """
 import pathlib
 f = pathlib.Path("submission.py")
-f.write_text(f.read_text().replace('"delay_us": 1000', '"delay_us": 800'))
-print("cut the delay to 800 us")
+f.write_text(f.read_text().replace('"delay_us": 1000', '"delay_us": 200'))
+print("cut the delay to 200 us")
 """
 
 
 def _run(tmp_path: Path, monkeypatch, name: str, fail_again: bool = False, **kw) -> tuple[list, list[ev.Event], object]:
     """One iteration of FASTER on the sleepy seed. Returns the setup's timings (file name, input
-    draw, µs) and the session's events. The seed's second noise timing is 40% slow, or fails."""
+    draw, µs) and the session's events. The seed's second noise timing is ten times slow, or fails."""
     real, timed = setup_mod.evaluate, []
 
     def noisy_second_timing(path, task, options, **kwargs):
@@ -40,7 +41,7 @@ def _run(tmp_path: Path, monkeypatch, name: str, fail_again: bool = False, **kw)
             if fail_again:
                 return dataclasses.replace(r, ok=False, error_class="wrong", message="matrix 2: mismatch",
                                            geomean_us=None)
-            r = dataclasses.replace(r, geomean_us=r.geomean_us / 0.6)  # a busy machine: 40% slow this once
+            r = dataclasses.replace(r, geomean_us=r.geomean_us * 10)  # a busy machine: 10x slow this once
         return r
 
     monkeypatch.setattr(setup_mod, "evaluate", noisy_second_timing)
@@ -63,14 +64,14 @@ def test_the_floor_is_measured_at_setup_and_a_gain_under_it_is_rejected(tmp_path
     (sample,) = noise.samples
     assert sample["branch"] == "tiny/sleepy" and sample["again_us"] > sample["first_us"]
     assert noise.floor == sample["gap"] == pytest.approx(1 - sample["first_us"] / sample["again_us"]), noise
-    assert noise.floor > 0.25, noise
+    assert noise.floor > 0.85, noise
     # recorded before the first iteration, with both timings kept as artifacts
     assert items.index(noise) < items.index(of_type(items, ev.IterationStarted)[0])
     assert {p.name for p in (s.dir / "artifacts" / "setup").glob("tiny_sleepy_*.json")} == {
         "tiny_sleepy_1.json", "tiny_sleepy_2.json"}
-    # the candidate is really faster, by more than 1% but less than the floor: not a win
+    # the candidate is really faster, by far more than 1% but less than the floor: not a win
     seed, finished = of_type(items, ev.BranchCreated)[0], of_type(items, ev.EvalFinished)[-1]
-    assert 0.05 < 1 - finished.geomean_us / seed.geomean_us < noise.floor, (finished.geomean_us, seed.geomean_us)
+    assert 0.2 < 1 - finished.geomean_us / seed.geomean_us < noise.floor, (finished.geomean_us, seed.geomean_us)
     commit = of_type(items, ev.AttemptCommitted)[-1]
     assert commit.verdict == "rejected" and f"the session's noise floor of {100 * noise.floor:.1f}%" in commit.reason
     assert not any(isinstance(e, ev.EvalProgress) and e.stage == "verify" for e in items)  # not even an apparent win
@@ -89,7 +90,7 @@ def test_the_floor_is_measured_at_setup_and_a_gain_under_it_is_rejected(tmp_path
     applied = [e for e in of_type(again, ev.SteeringApplied) if e.id == sid]
     assert applied and applied[0].detail == f"noise floor 1.0%, was {100 * noise.floor:.1f}% (measured)"
     assert [(e.floor, e.steering_id) for e in of_type(again, ev.NoiseFloorSet)] == [(0.01, sid)]
-    # the same real 20% gain, proposed again, now clears the bar
+    # the same real gain, proposed again, now clears the bar
     commit = of_type(again, ev.AttemptCommitted)[-1]
     assert commit.iteration == 2 and commit.verdict == "accepted", commit.reason
     assert "noise_floor = 0.01" in (s.dir / "session.toml").read_text()
@@ -100,7 +101,7 @@ def test_the_floor_is_measured_at_setup_and_a_gain_under_it_is_rejected(tmp_path
 def test_a_floor_given_is_used_and_nothing_is_timed_for_it(tmp_path: Path, monkeypatch):
     timed, items, s = _run(tmp_path, monkeypatch, "given", noise_floor=0.01)
     assert [t[0] for t in timed] == ["sleepy.py"] and not of_type(items, ev.NoiseMeasured)
-    # the same real 20% gain, against 1%: accepted (after verify re-timed both sides)
+    # the same real gain, against 1%: accepted (after verify re-timed both sides)
     commit = of_type(items, ev.AttemptCommitted)[-1]
     assert commit.verdict == "accepted", commit.reason
     assert "noise floor" not in commit.reason
@@ -115,7 +116,7 @@ def test_a_seed_that_fails_when_timed_again_is_reported_and_left_out(tmp_path: P
     assert noise.samples == [] and noise.floor == 0.01
     (err,) = [e for e in of_type(items, ev.ErrorEvent) if e.where == "setup"]
     assert "seed tiny/sleepy failed when timed again for the noise floor (wrong: matrix 2: mismatch)" in err.message
-    # with no pair measured, the fixed 1% stands: the real 20% gain is accepted
+    # with no pair measured, the fixed 1% stands: the real gain is accepted
     assert of_type(items, ev.AttemptCommitted)[-1].verdict == "accepted"
     assert check_record(s).floor == (0.01, "measured")
 
