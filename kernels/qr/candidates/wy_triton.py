@@ -44,15 +44,14 @@ except ImportError:  # a CPU-only machine without Triton still gets the PyTorch 
 CONFIG = {"nb": 32, "tile_max": 32768, "small_max": 128, "prec": "bf16x3", "bn": 64, "bk": 32,
           "trail_warps": 4, "panel_epw": 2048, "graph_max_elems": 33554432, "trail": "triton",
           "bf16_min_n": 256, "rev_rows": True, "small_nb": 0, "split_min": 264, "lookahead_rows": 512,
-          "lookahead_elems": 33554432, "fuse_rows": 0, "fuse_bn": 32, "fuse_warps": 8}
+          "lookahead_elems": 33554432}
 SPACE = {"nb": [16, 32, 64], "tile_max": [8192, 16384, 32768], "small_max": [0, 32, 64, 128],
          "prec": ["tf32x3", "bf16x3", "ieee"], "bn": [32, 64, 128], "bk": [16, 32, 64], "trail_warps": [4, 8],
          "panel_epw": [512, 1024, 2048, 4096],
          "graph_max_elems": [0, 8388608, 33554432, 67108864], "trail": ["triton", "gemm"],
          "bf16_min_n": [128, 256, 512], "rev_rows": [False, True],
          "small_nb": [0, 8, 16, 32], "split_min": [0, 132, 264, 528], "lookahead_rows": [0, 256, 512, 1024],
-         "lookahead_elems": [0, 2097152, 8388608, 33554432],
-         "fuse_rows": [0, 256, 512, 1024], "fuse_bn": [16, 32, 64], "fuse_warps": [4, 8]}
+         "lookahead_elems": [0, 2097152, 8388608, 33554432]}
 
 
 # ----------------------------------------------------------------------------------- Triton
@@ -206,26 +205,6 @@ if triton is not None:
         run together and read its V from L2 rather than HBM."""
         _apply(A, TW, tl.program_id(1).to(tl.int64), n, k0, nb, k0 + nb + tl.program_id(0) * BN, cend, stride_b,
                NBT, BN, BK, PREC, REV)
-
-    @triton.jit
-    def _fused_kernel(A, TW, n, k0, nb, stride_b,
-                      NBT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr):
-        """C -= V (T' (V' C)) with C, all n - k0 <= BM rows of BN columns, loaded once and kept
-        on chip between the two products: 8 bytes an element from memory, not _apply's 12.
-        Grid (column blocks, matrices)."""
-        b = tl.program_id(1).to(tl.int64)
-        base = A + b * stride_b
-        cols = k0 + nb + tl.program_id(0) * BN + tl.arange(0, BN)
-        rows = k0 + tl.arange(0, BM)
-        kk = tl.arange(0, NBT)
-        v = _load_v(base, rows, n, n, k0 + kk, kk, nb)
-        cp = base + rows[:, None] * n + cols[None, :]
-        cm = (rows < n)[:, None] & (cols < n)[None, :]
-        c = tl.load(cp, mask=cm, other=0.0)
-        w = _mm(tl.trans(v), c, tl.zeros([NBT, BN], dtype=tl.float32), PREC)
-        tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
-        w = tl.dot(tl.trans(tt), w, input_precision="ieee")
-        tl.store(cp, c - _mm(v, w, None, PREC), mask=cm)
 
     @triton.jit
     def _apply(A, TW, b, n, k0, nb, c0, cend, stride_b,
@@ -447,11 +426,6 @@ def _update(a, t, k0, nb, cfg, wb):
     nbt, c0 = t.shape[-1], k0 + nb
     ncb = triton.cdiv(n - c0, cfg["bn"])
     rb = _row_blocks(cfg, b * ncb, n - k0) if wb is not None else 0
-    if not rb and n - k0 <= cfg["fuse_rows"]:
-        fbn = int(cfg["fuse_bn"])
-        _fused_kernel[(triton.cdiv(n - c0, fbn), b)](a, t, n, k0, nb, n * n, NBT=nbt, BM=max(16, _pow2(n - k0)),
-                                                      BN=fbn, PREC=_prec(cfg, n), num_warps=cfg["fuse_warps"])
-        return
     if not rb:
         _trail_kernel[(ncb, b)](a, t, n, k0, nb, n, n * n, NBT=nbt, BN=cfg["bn"], BK=cfg["bk"], PREC=_prec(cfg, n),
                                 REV=cfg["rev_rows"], num_warps=cfg["trail_warps"])
