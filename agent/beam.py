@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from agent import events as ev
-from agent.state import ACTIVE, KILLED, PAUSED, Branch, SessionState
+from agent.state import ACTIVE, KILLED, NOISE_FLOOR, PAUSED, Branch, SessionState
 from agent.vcs import SessionRepo
 
-NOISE_FLOOR = 0.01      # an accepted gain is at least 1% (or the session's measured floor, if more) ...
+# an accepted gain is at least NOISE_FLOOR, 1% (or the branch's measured floor, if more) ...
 NOISE_SIGMAS = 2.0      # ... and at least 2 standard errors of the difference
 GAIN_WINDOW = 6         # attempts of a branch that count as "recent"
 GAIN_FLOOR = 0.02       # priority of a branch with no recent gain, relative to a 100% gain
@@ -65,10 +65,11 @@ def noise_floor(pairs: Iterable[tuple[float, float]]) -> float:
 
 def judge(ok: bool, error: str, new_us: float | None, new_se: float | None,
           head_us: float | None, head_se: float | None, spread: float = 0.0,
-          floor: float = NOISE_FLOOR) -> Judgement:
+          floor: float = NOISE_FLOOR, floor_name: str = "the session's noise floor") -> Judgement:
     """Accepted when correct and faster than the head by more than the noise: `floor` of the head's
-    time (1%, or the session's measured floor), 2 SE of the two, or `spread`, how far two timings
-    of the same candidate fell apart (run-to-run noise that no one run's standard error shows)."""
+    time (1%, or the measured floor of the branch's family), 2 SE of the two, or `spread`, how far
+    two timings of the same candidate fell apart (run-to-run noise that no one run's standard error
+    shows). The reason names the floor as `floor_name` when the floor set the bar."""
     if not ok:
         return Judgement("failed", error or "evaluation failed")
     if not new_us:
@@ -78,7 +79,7 @@ def judge(ok: bool, error: str, new_us: float | None, new_se: float | None,
     noise = NOISE_SIGMAS * math.sqrt((new_se or 0.0) ** 2 + (head_se or 0.0) ** 2)
     threshold = max(floor * head_us, noise, spread)
     # name the floor when it is what the gain must beat and is more than the fixed 1%
-    why = f", the session's noise floor of {100 * floor:.1f}%" if (
+    why = f", {floor_name} of {100 * floor:.1f}%" if (
         floor > NOISE_FLOOR and threshold == floor * head_us) else ""
     gain = head_us - new_us
     if gain > threshold:

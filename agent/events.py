@@ -87,10 +87,11 @@ class BaselineMeasured(Event):
 
 @dataclass
 class NoiseMeasured(Event):
-    """The session's noise floor: the smallest relative gain an attempt must show to be accepted.
+    """The noise floors: the smallest relative gain an attempt must show to be accepted.
 
     Measured at setup by timing each seed twice more, each time in a fresh process, both on one
-    draw of inputs: the largest relative gap between two timings of the same code (at least 1%).
+    draw of inputs. `floor` is the session's, the largest relative gap between two timings of the
+    same code (at least 1%); each family's is its own seed's gap (SessionState.family_floors).
     `samples` holds one entry per seed: {"branch", "first_us", "again_us", "gap"}, the two timings
     and their gap; a seed that failed either timing is left out (and reported by an error event).
     """

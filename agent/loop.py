@@ -362,14 +362,28 @@ class Agent:
         r = f.result
         assert r is not None
         se = geomean_se(r.to_json().get("cases", []))
-        return judge(True, "", r.geomean_us, se, head_us, head_se, floor=self.noise_floor).verdict == "accepted"
+        floor, name = self.floor_for(f.branch)
+        return judge(True, "", r.geomean_us, se, head_us, head_se, floor=floor,
+                     floor_name=name).verdict == "accepted"
 
     @property
     def noise_floor(self) -> float:
-        """The smallest relative gain accepted: --noise-floor if given, else the one measured at setup."""
+        """The largest floor in force: --noise-floor or /noise if given, else the session's measured one."""
         if self.cfg.noise_floor is not None:
             return self.cfg.noise_floor
         return self.state.noise_floor or NOISE_FLOOR
+
+    def floor_for(self, branch: str) -> tuple[float, str]:
+        """The smallest relative gain accepted on `branch`, and its name for a verdict's reason:
+        --noise-floor or /noise if given (one for all); else the floor measured on the branch's
+        family (its seed timed twice), as the noise of one family's code says nothing about
+        another's (H200: cholqr's pair 3.2% apart, superpanel's 1.3%); else the session's."""
+        if self.cfg.noise_floor is None:
+            b = self.state.branches.get(branch)
+            own = self.state.family_floors().get(b.family) if b is not None else None
+            if own is not None:
+                return own, f"{b.family}'s noise floor"
+        return self.noise_floor, "the session's noise floor"
 
     def eval_options(self, gpu: int | None, nonce: int | None = None) -> EvalOptions:
         return EvalOptions(mode=self.cfg.eval_mode, device=self.device, gpu=gpu, stage_timeout=self.cfg.stage_timeout,
@@ -446,7 +460,8 @@ class Agent:
                 speedup = base / new_us if base else None
             else:  # correct once, then not (or crashed): a flaky candidate is not a win
                 ok, error = False, f"timed again, it failed: {a.error_class}: {a.message}"
-        verdict = judge(ok, error, new_us, se, head_us, head_se, spread, floor=self.noise_floor)
+        floor, name = self.floor_for(f.branch)
+        verdict = judge(ok, error, new_us, se, head_us, head_se, spread, floor=floor, floor_name=name)
         verdict.reason += retimed
         cases = [CaseLine(_label(c.spec), c.mean_us, c.stderr_us) for c in benchmarks]
         fresh = (head_us, head_se) if h is not None and h.ok and h.geomean_us else None

@@ -1,13 +1,14 @@
 """Session setup, before the first iteration: measure the baseline, then create and measure one branch
-per seed, then measure the session's noise floor.
+per seed, then measure the noise floors.
 
 The noise floor: each seed is timed twice more, each time in a fresh process, one after the other
-on one GPU and on the same fresh inputs, as the verify step times a head and a candidate. The
-largest gap between two such timings of the same code (relative to the slower, at least 1%) is
-the smallest gain an attempt must show. On an H200, where the same code has timed within 1-2%
-between processes, it should stay near that; on a 2-core VM five sessions measured 1.4% to
-43.4% (BENCHMARKS.md). `--noise-floor` fixes it instead and skips the timings;
-`/noise` changes it while the agent runs.
+on one GPU and on the same fresh inputs, as the verify step times a head and a candidate. The gap
+between two such timings of the same code (relative to the slower, at least 1%) is the smallest
+gain an attempt on that seed's family must show (SessionState.family_floors); the largest gap is
+the session's floor, for a family with no pair. On an H200 the four seeds' pairs came out 0.03% to
+3.2% apart; on a 2-core VM five sessions' largest gaps were 1.4% to 43.4% (BENCHMARKS.md).
+`--noise-floor` fixes one floor for all instead and skips the timings; `/noise` changes it while
+the agent runs.
 
 Idempotent, so a session that died during setup resumes it: what the events already record is
 skipped, and a seed branch whose ref exists in git (a crash before its event) is reused.

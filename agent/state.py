@@ -73,8 +73,10 @@ class Steering:
     received_ts: float = 0.0
 
 
-# A measured noise floor above this is worth a warning: the same code has timed within 1-2% on an
-# H200. (Here, not in agent.beam, which imports gitpython: the console's first paint does not need it.)
+# An accepted gain is at least this fraction of the head's time, whatever was measured; a measured
+# noise floor above HIGH_NOISE_FLOOR is worth a warning (the same code has timed within 1-2% on an
+# H200). (Here, not in agent.beam, which imports gitpython: the console's first paint does not need it.)
+NOISE_FLOOR = 0.01
 HIGH_NOISE_FLOOR = 0.05
 
 
@@ -130,10 +132,21 @@ class SessionState:
 
     @property
     def floor(self) -> tuple[float, str] | None:
-        """The smallest relative gain the agent accepts, and whether it was "set" or "measured"."""
+        """The largest relative gain the agent may require, and whether it was "set" or "measured"
+        (measured: each family's own floor is at most this, `family_floors`)."""
         if self.noise_floor_set is not None:
             return self.noise_floor_set, "set"
         return (self.noise_floor, "measured") if self.noise_floor is not None else None
+
+    def family_floors(self) -> dict[str, float]:
+        """Each family's measured noise floor: the largest gap of the pairs timed from its seeds, and
+        never under NOISE_FLOOR. A family with no pair (its re-timing failed) is not in it."""
+        out: dict[str, float] = {}
+        for s in self.noise_samples:
+            b = self.branches.get(str(s.get("branch")))
+            if b is not None and s.get("gap") is not None:
+                out[b.family] = max(out.get(b.family, NOISE_FLOOR), float(s["gap"]))
+        return out
 
     def attempt(self, iteration: int) -> Attempt | None:
         return self._by_iteration.get(iteration)

@@ -14,6 +14,7 @@ from agent import events as ev
 from agent.beam import Beam, BeamError, resolve_branch
 from agent.session import MAX_LINE_BYTES, Session, clean_text, read_inbox
 from agent.state import KILLED, SessionState
+from agent.summary import family_floors_text
 
 HELP = {
     "/pause B": "stop scheduling branch B",
@@ -267,7 +268,8 @@ class Steering:
         floor = self.state.floor
         now = f"{100 * floor[0]:.1f}% ({floor[1]})" if floor else "1.0% (the fixed floor; none measured)"
         if not args:
-            return f"noise floor {now}"
+            families = family_floors_text(self.state)
+            return f"noise floor {now}" + (f"; by family: {families}" if families else "")
         value = parse_noise(args)
         if value is None and self.state.noise_floor is None:
             raise SteeringError("no noise floor was measured in this session (it was set with --noise-floor)")

@@ -88,3 +88,15 @@ def test_the_noise_floor_is_measured_or_set_and_a_resume_can_change_it():
     assert fold([started, measured, ev.SessionResumed(pid=1, next_iteration=1)]).floor == (0.03, "set")
     bad = ev.SessionStarted(name="s", task="qr", task_path="/t", proposer="tune", config={"noise_floor": "high"})
     assert fold([bad, measured]).floor == (0.2, "measured")
+
+
+def test_each_family_has_its_own_measured_floor_forks_included():
+    fork = ev.BranchCreated(branch="qr/a-2", family="a", sha="a1", source="fork of qr/a@a1", parent_branch="qr/a")
+    measured = ev.NoiseMeasured(floor=0.2, samples=[
+        {"branch": "qr/a", "first_us": 100.0, "again_us": 80.0, "gap": 0.2},
+        {"branch": "qr/b", "first_us": 100.0, "again_us": 99.9, "gap": 0.001},
+        {"branch": "qr/gone", "first_us": 100.0, "again_us": 50.0, "gap": 0.5}])   # no such branch: ignored
+    st = fold(story() + [fork, measured])
+    # qr/b's pair was 0.1% apart: its family's floor is the fixed 1%, not a's 20%
+    assert st.family_floors() == {"a": 0.2, "b": 0.01}
+    assert st.floor == (0.2, "measured")
