@@ -169,8 +169,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-mode", dest="eval_mode", choices=("quick", "full", "leaderboard", "profile"),
                    default=None)
     p.add_argument("--noise-floor", dest="noise_floor", type=float, default=None, metavar="FRACTION",
-                   help="smallest relative gain accepted, e.g. 0.01; default: measured at setup by timing "
-                        "each seed twice more")
+                   help="smallest relative gain accepted, e.g. 0.01, for every branch; default: measured "
+                        "at setup for each family by timing its seed twice more")
     p.add_argument("--stage-timeout", dest="stage_timeout", type=float, default=None, metavar="SECONDS")
     p.add_argument("--price-in", dest="price_in_per_mtok", type=float, default=None, metavar="USD_PER_MTOK")
     p.add_argument("--price-out", dest="price_out_per_mtok", type=float, default=None, metavar="USD_PER_MTOK")
