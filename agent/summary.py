@@ -45,9 +45,11 @@ def format_event(e: ev.Event, state: SessionState) -> str | None:
         return floor_set_line(e, state)
     if isinstance(e, ev.AttemptCommitted):
         a = state.attempt(e.iteration)
-        why = f" - {e.reason}" if e.verdict != "accepted" and e.reason else ""
+        # the reason of a win too: its re-timings are how a person checking in tells a real gain
+        # from a head that was timed slow once (the cap keeps a runaway reason off the terminal)
+        why = f" - {e.reason}" if e.reason else ""
         return (f"#{e.iteration} {e.branch} {e.verdict} {_us(e.geomean_us)} {_x(e.speedup)} "
-                f"{(a.summary if a else e.summary)[:80]}{why}")[:240]
+                f"{(a.summary if a else e.summary)[:80]}{why}")[:480]
     if isinstance(e, ev.BranchStateChanged):
         return f"branch {e.branch} {e.state}" + (f": {e.reason}" if e.reason else "")
     if isinstance(e, ev.PlateauDetected):
