@@ -19,8 +19,14 @@ class SessionHeader(Static):
     """
 
     _shown = ""
+    _last: tuple[ConsoleModel, float] | None = None
+
+    def on_resize(self) -> None:
+        if self._last is not None:   # which fields fit depends on the width
+            self.show(*self._last)
 
     def show(self, model: ConsoleModel, now: float) -> None:
+        self._last = (model, now)
         s = model.state
         live = model.holder is not None and not model.gone
         line1 = Text(no_wrap=True, overflow="ellipsis")
@@ -42,13 +48,19 @@ class SessionHeader(Static):
         line2.append(f"{rate:.0f} evals/h │ " if rate else "— evals/h │ ")
         line2.append("best ")
         line2.append(f"{fmt.us(s.best_us)} µs {fmt.speedup(s.best_speedup)}", style="bold")
-        line2.append(f" │ baseline {fmt.us(s.baseline_us)} µs")
-        if s.floor:
-            line2.append(f" │ noise floor {100 * s.floor[0]:.1f}%" + (" (set)" if s.floor[1] == "set" else ""))
+        rest = [f" │ noise floor {100 * s.floor[0]:.1f}%" + (" (set)" if s.floor[1] == "set" else "")] if s.floor else []
         if s.tokens or s.cost_usd:
-            line2.append(f" │ {s.tokens / 1000:.1f}k tok ${s.cost_usd:.2f}")
+            rest.append(f" │ {s.tokens / 1000:.1f}k tok ${s.cost_usd:.2f}")
         if s.focus:
-            line2.append(f" │ focus {s.focus}")
+            rest.append(f" │ focus {s.focus}")
+        baseline = f" │ baseline {fmt.us(s.baseline_us)} µs"
+        # The baseline is the one field the speedup already implies: where the line would not fit
+        # (80 columns), it goes, so the noise floor, the cost and the focus stay whole.
+        width = self.size.width
+        if not width or len(line2.plain) + len(baseline) + sum(map(len, rest)) <= width:
+            line2.append(baseline)
+        for part in rest:
+            line2.append(part)
         text = Text("\n").join([line1, line2])
         if text.plain != self._shown:         # the clock ticks once a second; nothing else needs a repaint
             self._shown = text.plain
