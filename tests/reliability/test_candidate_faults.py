@@ -24,15 +24,16 @@ pytestmark = pytest.mark.reliability
 
 
 def test_a_sleep_just_under_the_limit_in_every_stage_passes(small_qr_task, candidate):
-    """Each stage has its own limit: 60% of it spent in each stage, over twice the limit in all, is
-    no timeout. (At 80% the 0.5 s left was not always enough for the rest of the import stage: a
-    fresh-clone run of the suite timed it out on the 2-core development machine, with other tests
-    running beside it.)"""
-    limit = 2.5
+    """Each stage has its own limit: half of it spent in each of smoke, tests and the bench (a fifth
+    in the import), over twice the limit in all, is no timeout. The import stage's clock starts
+    with the worker process, so it also pays for Python and torch starting: 2.2-3.3 s on the 2-core
+    development machine on a slow day, where a 2.5 s limit with 1.5 s of sleep timed out in two
+    fresh-clone runs; so its sleep is the smaller one."""
+    limit = 6.0
     r, wall = run(candidate(f"""
         import time, torch
-        time.sleep({0.6 * limit})                       # import
-        SLEEPS = {{1: {0.6 * limit}, 2: {0.6 * limit}, 3: {0.48 * limit}}}   # smoke, tests, bench warm-up
+        time.sleep({0.2 * limit})                       # import
+        SLEEPS = {{1: {0.5 * limit}, 2: {0.5 * limit}, 3: {0.4 * limit}}}   # smoke, tests, bench warm-up
         calls = [0]
         def custom_kernel(data):
             calls[0] += 1
@@ -40,8 +41,9 @@ def test_a_sleep_just_under_the_limit_in_every_stage_passes(small_qr_task, candi
             return torch.geqrf(data)
     """), small_qr_task, stage_timeout=limit)
     assert r.ok, (r.error_class, r.message, r.stage_s)
-    assert all(r.stage_s[s] > 0.45 * limit for s in ("import", "smoke", "tests", "bench")), r.stage_s
-    assert wall > 2 * limit
+    assert r.stage_s["import"] > 0.2 * limit, r.stage_s
+    assert all(r.stage_s[s] > 0.35 * limit for s in ("smoke", "tests", "bench")), r.stage_s
+    assert wall > 1.5 * limit
 
 
 def test_an_import_that_never_returns_times_out_in_the_import_stage(small_qr_task, candidate):
