@@ -82,10 +82,12 @@ def test_exception_message_points_at_the_candidate_line(small_qr_task, candidate
 @pytest.mark.reliability
 def test_infinite_loop_times_out_within_its_limit(small_qr_task, candidate):
     path = candidate("def custom_kernel(data):\n    while True:\n        pass\n")
-    r, wall = run(path, small_qr_task, stage_timeout=3.0)
-    assert r.error_class == "timeout" and r.stage == "smoke"
-    assert "3 s limit" in r.message
-    assert wall < 3.0 + 15  # the limit plus worker start-up on a slow box
+    # 6 s: the import stage's clock pays for Python and torch starting (up to 3.3 s measured on the
+    # 2-core development machine), and the loop must be caught in smoke, not there
+    r, wall = run(path, small_qr_task, stage_timeout=6.0)
+    assert r.error_class == "timeout" and r.stage == "smoke", (r.stage, r.message)
+    assert "6 s limit" in r.message
+    assert wall < 6.0 + 15  # the limit plus worker start-up on a slow box
 
 
 @pytest.mark.reliability
