@@ -26,7 +26,7 @@ HELP = {
     "/drop ID": "remove a pending or standing prompt",
     "/set KEY=VALUE ...": "force CONFIG values from SPACE on the next attempt (--standing: keep them)",
     "/budget iterations=N hours=H cost=USD": "change the run's budgets",
-    "/noise [2%|0.02|measured]": "set the smallest gain accepted, or go back to the measured floor; alone: show it",
+    "/noise [2%|0.02|measured]": "set the smallest gain accepted, or go back to the measured floors; alone: show them",
     "/abort": "cancel the evaluation running now (the only thing that interrupts one)",
     "/stop": "stop the agent after the current evaluation",
     "/help": "this list",
@@ -275,7 +275,9 @@ class Steering:
             raise SteeringError("no noise floor was measured in this session (it was set with --noise-floor)")
         in_force = self.set_noise(value)
         self.emit(ev.NoiseFloorSet(floor=value, steering_id=sid))
-        return f"noise floor {100 * in_force:.1f}%" + (" (measured)" if value is None else "") + f", was {now}"
+        families = family_floors_text(self.state) if value is None else ""   # back in force, one per family
+        return (f"noise floor {100 * in_force:.1f}%" + (" (measured)" if value is None else "") + f", was {now}"
+                + (f"; by family: {families}" if families else ""))
 
     # -- use by iterations -------------------------------------------------------------------
     def for_branch(self, branch: str) -> list[Directive]:

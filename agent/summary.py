@@ -93,7 +93,8 @@ def floor_set_line(e: ev.NoiseFloorSet, state: SessionState) -> str:
     by = f" by {e.steering_id}" if e.steering_id else ""
     if e.floor is None:
         measured = f"{100 * state.noise_floor:.1f}%" if state.noise_floor is not None else "none"
-        return f"noise floor back to the measured one ({measured}){by}"
+        families = family_floors_text(state)
+        return f"noise floor back to the measured one ({measured}{'; by family: ' + families if families else ''}){by}"
     return f"noise floor set to {100 * e.floor:.1f}%{by}"
 
 

@@ -118,6 +118,18 @@ def test_noise_sets_shows_and_restores_the_floor(rig: Rig):
     assert rig.noise == 0.03 and fold(events(rig.session)).floor == (0.03, "set")
 
 
+def test_noise_lists_the_floors_by_family_while_they_are_in_force(rig: Rig):
+    rig.emit(ev.NoiseMeasured(floor=0.05, samples=[
+        {"branch": "qr/sleepy", "first_us": 95.0, "again_us": 100.0, "gap": 0.05},
+        {"branch": "qr/steady", "first_us": 99.8, "again_us": 100.0, "gap": 0.002}]))
+    ids = {t: rig.say(t) for t in ["/noise", "/noise 2%", "/noise measured"]}
+    rig.steering.drain()
+    assert rig.outcome(ids["/noise"]).detail == "noise floor 5.0% (measured); by family: sleepy 5.0%, steady 1.0%"
+    assert rig.outcome(ids["/noise 2%"]).detail == "noise floor 2.0%, was 5.0% (measured)"   # one floor for all
+    assert rig.outcome(ids["/noise measured"]).detail == ("noise floor 5.0% (measured), was 2.0% (set); "
+                                                          "by family: sleepy 5.0%, steady 1.0%")
+
+
 def test_prompts_wait_for_an_iteration_of_their_target(rig: Rig):
     a = rig.say("unroll more", target="qr/sleepy")
     b = rig.say("be careful", scope="standing")
