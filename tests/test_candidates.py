@@ -95,13 +95,17 @@ def test_empty_batch(family):
     assert h.shape == (0, 4, 4) and tau.shape == (0, 4)
 
 
-def test_wy_blocked_float32_panel():
-    """wy_blocked's other panel (panel64=False: float32 scratch, a cast and a copy per column), several panels."""
-    mod = _load(CANDIDATES / "wy_blocked.py", "cand_wy_blocked_panel32")
-    mod.CONFIG.update(panel64=False, nb=16)
-    for label, a in SPECIALS("cpu", sizes=(1, 5, 40)):
-        _check(mod, a, label)
-    _check(mod, reference.generate_input(3, 70, 2, 7, "mixed"), "mixed 3x70")
+def test_wy_blocked_panel_widths():
+    """wy_blocked's panel width follows b n (nb_few, nb, nb_many), and every width it can pick,
+    odd ones and several panels included, passes the special matrices and a mixed batch."""
+    mod = _load(CANDIDATES / "wy_blocked.py", "cand_wy_blocked_widths")
+    assert mod._width(2, 4096) == mod.CONFIG["nb_few"] and mod._width(640, 512) == mod.CONFIG["nb_many"]
+    assert mod._width(60, 1024) == mod.CONFIG["nb"] and mod._width(1, 5) == 5
+    for nb in (7, 16, 48):
+        mod.CONFIG.update(nb=nb, nb_few=nb, nb_many=nb)
+        for label, a in SPECIALS("cpu", sizes=(5, 40)):
+            _check(mod, a, f"nb={nb} {label}")
+        _check(mod, reference.generate_input(3, 70, 2, 7, "mixed"), f"nb={nb} mixed 3x70")
 
 
 def test_cholqr_decides_per_matrix():
