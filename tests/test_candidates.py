@@ -96,16 +96,19 @@ def test_empty_batch(family):
 
 
 def test_wy_blocked_panel_widths():
-    """wy_blocked's panel width follows b n (nb_few, nb, nb_many), and every width it can pick,
-    odd ones and several panels included, passes the special matrices and a mixed batch."""
+    """wy_blocked's panel widths follow b n (nb_few, nb, nb_many with inner panels of nbi), and the
+    widths it can pick, odd ones, one level and two, pass the special matrices and a mixed batch."""
     mod = _load(CANDIDATES / "wy_blocked.py", "cand_wy_blocked_widths")
-    assert mod._width(2, 4096) == mod.CONFIG["nb_few"] and mod._width(640, 512) == mod.CONFIG["nb_many"]
-    assert mod._width(60, 1024) == mod.CONFIG["nb"] and mod._width(1, 5) == 5
-    for nb in (7, 16, 48):
-        mod.CONFIG.update(nb=nb, nb_few=nb, nb_many=nb)
+    cfg = mod.CONFIG
+    assert mod._widths(2, 4096) == (cfg["nb_few"], cfg["nb_few"])
+    assert mod._widths(640, 512) == (cfg["nb_many"], cfg["nbi"]) and cfg["nbi"] < cfg["nb_many"]
+    assert mod._widths(60, 1024) == (cfg["nb"], cfg["nb"]) and mod._widths(1, 5) == (5, 5)
+    for nb, nbi in ((7, 7), (16, 5), (48, 16)):
+        cfg.update(nb_many=nb, nbi=nbi, many_bn=0)  # every shape takes the nb_many branch
         for label, a in SPECIALS("cpu", sizes=(5, 40)):
-            _check(mod, a, f"nb={nb} {label}")
-        _check(mod, reference.generate_input(3, 70, 2, 7, "mixed"), f"nb={nb} mixed 3x70")
+            _check(mod, a, f"nb={nb}/{nbi} {label}")
+        _check(mod, reference.generate_input(3, 70, 2, 7, "mixed"), f"nb={nb}/{nbi} mixed 3x70")
+        _check(mod, reference.generate_input(2, 70, 0, 8, "rankdef"), f"nb={nb}/{nbi} rankdef 2x70")
 
 
 def test_cholqr_decides_per_matrix():

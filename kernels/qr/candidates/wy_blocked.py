@@ -24,124 +24,155 @@ import torch
 
 # Panel width by b n, the rows of a batch's panel: nb_few where b n <= few_bn (the column steps are
 # latency-bound, so wider panels cost nothing a column and save panels), nb_many where b n >= many_bn
-# (the steps are bound by their bytes, about b n nb / 2 elements a column), nb between.
-CONFIG = {"nb": 32, "nb_few": 64, "few_bn": 8192, "nb_many": 16, "many_bn": 131072, "graph": True,
+# (the steps are bound by their bytes, about b n nbi / 2 elements a column), nb between. Panels of
+# nb_many columns are factored nbi columns at a time (nbi < nb_many: two levels; the inner update
+# is three float64 GEMMs on the panel's remaining columns), so the steps move nbi-wide panels while
+# the trailing matrix is read and written once per nb_many columns.
+CONFIG = {"nb": 32, "nb_few": 64, "few_bn": 8192, "nb_many": 32, "nbi": 16, "many_bn": 131072, "graph": True,
           "graph_min_n": 2, "jit": True}
 SPACE = {"nb": [8, 16, 24, 32, 48, 64, 96, 128], "nb_few": [16, 32, 64, 128], "few_bn": [0, 4096, 8192, 16384],
-         "nb_many": [8, 16, 32], "many_bn": [32768, 131072, 524288], "graph": [True, False],
-         "graph_min_n": [2, 64, 256], "jit": [True, False]}
+         "nb_many": [8, 16, 32, 64], "nbi": [8, 16, 32, 64], "many_bn": [32768, 131072, 524288],
+         "graph": [True, False], "graph_min_n": [2, 64, 256], "jit": [True, False]}
 
 # One column step of a panel held transposed (each panel column a row), elementwise over the
-# panel's columns j.. (c = 0 is column j itself) and all its rows r, in float64. x is column j,
-# alpha = x[j], z_c = x[j:]'P_c[j:] (so z0 = alpha^2 + ||x[j+1:]||^2) and prow_c = P_c[j]. With
-# beta = -sign(alpha) sqrt(z0), d = alpha - beta, v = (1, x[j+1:] / d) and tau = (beta - alpha) / beta,
-# I - tau v v' takes P_c to P_c + (z_c - beta prow_c) x s below the diagonal and z_c / beta on it,
-# where s = 1 / (beta d) = 1 / (alpha beta - z0) (|beta d| >= z0: no cancellation). So an element
-# costs one square root and one division, not four; measured on the H200 the step is bound by them
-# at 640x512. Column j becomes beta on the diagonal and v = x beta s below it; rows above j do not
-# change. |v| <= 1 whatever the column's scale. A column with z0 <= 1e-280 counts as zero (tau = 0,
-# left as it is): below that, squares near float64's underflow would make v and tau inconsistent
-# (Q not orthogonal). Any nonzero float32 input has ||A|| >= 1.4e-45, so dropping such a column
-# (<= 1e-140) changes nothing the checker sees.
+# panel's columns j.. and all its rows r, in float64. x is column j, alpha = x[j],
+# z_c = x[j:]'P_c[j:] (so z0 = alpha^2 + ||x[j+1:]||^2) and prow_c = P_c[j]. f is r, plus _FIRST
+# on column j's own row. With beta = -sign(alpha) sqrt(z0), d = alpha - beta, v = (1, x[j+1:] / d)
+# and tau = (beta - alpha) / beta, I - tau v v' takes P_c to P_c + (z_c - beta prow_c) x s below the
+# diagonal and z_c / beta on it, where s = 1 / (beta d) = 1 / (alpha beta - z0) (|beta d| >= z0: no
+# cancellation), so an element costs one square root and one division. Column j becomes beta on
+# the diagonal and v = x beta s below it; rows above j do not change. |v| <= 1 whatever the
+# column's scale. A column with z0 <= 1e-280 (all of it <= 1e-140 from the diagonal down, where
+# squares near float64's underflow would make beta and v inexact) is reflected by v = e_j, tau = 2:
+# row j changes sign and the entries below the diagonal, which no nonzero float32 input's checks
+# can see (||A|| >= 1.4e-45), become 0. Either way tau = 2 / v'v afterwards (_wy) is the value that
+# makes the stored reflector exactly orthogonal.
+_FIRST = 1 << 30
 _STEP = """
-template <typename T> T wy_step(T p, T x, T z, T prow, T alpha, T z0, T r, T c, T j) {
-  if (r < j || !(z0 > T(1e-280))) return p;
+template <typename T> T wy_step(T p, T x, T z, T prow, T alpha, T z0, T f, T j) {
+  bool first = f >= T(%d);
+  T r = first ? f - T(%d) : f;
+  if (r < j) return p;
+  if (!(z0 > T(1e-280))) return r == j ? -p : (first ? T(0) : p);
   T beta = -copysign(sqrt(z0), alpha);
   T s = T(1) / (alpha * beta - z0);
-  if (c == T(0)) return r == j ? beta : x * beta * s;
+  if (first) return r == j ? beta : x * beta * s;
   return r == j ? z * (alpha - beta) * s : p + (z - beta * prow) * x * s;
 }
-"""
+""" % (_FIRST, _FIRST)
 _JIT = {}
 
 
-def _step_jit(p, x, z, prow, alpha, z0, r, c, j):
+def _step_jit(p, x, z, prow, alpha, z0, f, j):
     """_STEP in one CUDA kernel; every input is float64 (mixed dtypes would take jiterator's
-    dynamic-casting path, about 3x slower)."""
+    dynamic-casting path, about 3x slower). Jiterator takes at most 8 tensors."""
     if "fn" not in _JIT:
         _JIT["fn"] = torch.cuda.jiterator._create_jit_fn(_STEP, j=0.0)
-    return _JIT["fn"](p, x, z, prow, alpha, z0, r, c, j=float(j))
+    return _JIT["fn"](p, x, z, prow, alpha, z0, f, j=float(j))
 
 
-def _step_eager(p, x, z, prow, alpha, z0, r, c, j):
+def _step_eager(p, x, z, prow, alpha, z0, f, j):
     """The same math as _STEP in eager ops (the CPU has no jiterator)."""
+    first = f >= _FIRST
+    r = torch.where(first, f - _FIRST, f)
     live = z0 > 1e-280
     beta = -torch.copysign(z0.sqrt(), alpha)
     s = 1.0 / torch.where(live, alpha * beta - z0, -1.0)
-    col = torch.where(r == j, beta, x * beta * s)
-    rest = torch.where(r == j, z * (alpha - beta) * s, p + (z - beta * prow) * x * s)
-    return torch.where((r < j) | ~live, p, torch.where(c == 0, col, rest))
+    new = torch.where(first, torch.where(r == j, beta, x * beta * s),
+                      torch.where(r == j, z * (alpha - beta) * s, p + (z - beta * prow) * x * s))
+    dead = torch.where(r == j, -p, torch.where(first, 0.0, p))
+    return torch.where(r < j, p, torch.where(live, new, dead))
 
 
-def _panel(a, tau, k0, w, idx, step):
-    """Householder QR of the panel a[:, k0:, k0:k0+w] in place, column by column; tau written.
-
-    The panel is factored in a float64 transposed copy, each column a contiguous row: per column
-    one batched GEMV (z = x'P over the rows from the diagonal down) and one elementwise kernel
-    (step). Returns the reflectors V' (unit diagonal, zeros before it; float64, (B, w, m)), their
-    Gram matrix V'V and tau in float64, for the trailing update.
-    """
-    p = a[:, k0:, k0:k0 + w]
-    m = p.shape[1]
-    pr = p.transpose(1, 2).to(torch.float64, copy=True, memory_format=torch.contiguous_format)
-    r, c = idx[:, :, :m], idx[:, :, :w].transpose(1, 2)
-    cols, z0s = [], []
+def _columns(pr, f, step):
+    """Householder QR of the transposed panel pr (B, w, m), column by column: per column one
+    batched GEMV (z = x'P from the diagonal down) and one step. Returns the final columns (B, w, m)."""
+    w, m = pr.shape[1], pr.shape[2]
+    cols = []
     for j in range(w):
         z = torch.bmm(pr[:, :, j:], pr[:, 0, j:].unsqueeze(2))  # (B, w - j, 1), z0 first
-        out = step(pr, pr[:, :1], z, pr[:, :, j:j + 1], pr[:, :1, j:j + 1], z[:, :1], r, c[:, :w - j], j)
+        out = step(pr, pr[:, :1], z, pr[:, :, j:j + 1], pr[:, :1, j:j + 1], z[:, :1], f[:, :w - j, :m], j)
         cols.append(out[:, 0])
-        z0s.append(z[:, 0])
         pr = out[:, 1:]
-    h = torch.stack(cols, dim=1)  # (B, w, m): the panel's final columns, transposed
-    p.copy_(h.transpose(1, 2))
-    vt = h.triu(1)
-    vt.diagonal(dim1=1, dim2=2).fill_(1.0)
+    return torch.stack(cols, dim=1)
+
+
+def _wy(h, upper, eye):
+    """V' (unit diagonal, zeros before it), tau = 2 / v'v and T (I - V T V' = H_1 ... H_w, larft's
+    forward columnwise T) of the reflectors in the final transposed columns h (B, w, m), in float64.
+
+    larft's recurrence is T = D - T S D with S = triu(V'V, 1) and D = diag(tau), so
+    T = D (I + S D)^-1: one unit-triangular solve (its lower triangle and diagonal are not read).
+    """
+    w, m = h.shape[1], h.shape[2]
+    vt = torch.where(upper[:, :w, :m], h, eye[:, :w, :m])
     g = torch.bmm(vt, vt.transpose(1, 2))
-    # tau = 2 / v'v, the value that makes I - tau v v' orthogonal; 0 where the step left the column
-    t64 = torch.where(torch.cat(z0s, dim=1) > 1e-280, 2.0 / g.diagonal(dim1=1, dim2=2), 0.0)
+    tau = 2.0 / g.diagonal(dim1=1, dim2=2)
+    x = torch.linalg.solve_triangular(g.mul_(tau.unsqueeze(1)), eye[:, :w, :w], upper=True, unitriangular=True)
+    return vt, tau, x.mul_(tau.unsqueeze(2))
+
+
+def _panel(a, tau, k0, w, wi, masks, step):
+    """Householder QR of the panel a[:, k0:, k0:k0+w] in place, tau written; returns V' and T (float64).
+
+    The panel is factored in a float64 transposed copy, each column a contiguous row, wi columns
+    at a time; after each wi columns, their reflectors update the panel's remaining columns.
+    """
+    f, upper, eye = masks
+    p = a[:, k0:, k0:k0 + w]
+    pt = p.transpose(1, 2).to(torch.float64, copy=True, memory_format=torch.contiguous_format)
+    for i0 in range(0, w, wi):
+        sub = pt[:, i0:i0 + wi, i0:]
+        h = _columns(sub, f, step)
+        if i0 + wi >= w:
+            sub.copy_(h)
+            break
+        vt, _, t = _wy(h, upper, eye)
+        sub.copy_(h)
+        rest = pt[:, i0 + wi:, i0:]  # P' <- P' - (P' V) T V'
+        rest.baddbmm_(torch.bmm(torch.bmm(rest, vt.transpose(1, 2)), t), vt, alpha=-1.0)
+    p.copy_(pt.transpose(1, 2))
+    vt, t64, t = _wy(pt, upper, eye)
     tau[:, k0:k0 + w].copy_(t64)
-    return vt, g, t64
+    return vt, t
 
 
-def _t_factor(g, tau):
-    """T of I - V T V' = H_1 ... H_w (larft, forward, columnwise) from G = V'V: T = D - T S D with
-    S = triu(G, 1) and D = diag(tau), so T (I + S D) = D, one unit-triangular solve."""
-    sd = g.triu(1).mul_(tau.unsqueeze(1))
-    return torch.linalg.solve_triangular(sd, torch.diag_embed(tau), upper=True, left=False, unitriangular=True)
+def _masks(n, nb, device):
+    """f (row index, plus _FIRST on row 0), upper (r > c) and eye (r == c), each (1, nb, n), float64
+    but upper; sliced by every panel and step."""
+    r = torch.arange(n, device=device).view(1, 1, n)
+    c = torch.arange(nb, device=device).view(1, nb, 1)
+    f = (r + _FIRST * (c == 0)).to(torch.float64)
+    return f, r > c, (r == c).to(torch.float64)
 
 
-def _householder(a, tau, nb):
+def _householder(a, tau, nb, wi):
     """Blocked Householder QR of a contiguous (B, n, n) in place; tau (B, n) is written."""
     n = a.shape[-1]
-    idx = torch.arange(max(n, nb), dtype=torch.float64, device=a.device).view(1, 1, -1)
+    masks = _masks(n, nb, a.device)
     step = _step_jit if a.is_cuda and CONFIG["jit"] else _step_eager
     for k0 in range(0, n, nb):
         w = min(nb, n - k0)
-        vt, g, t64 = _panel(a, tau, k0, w, idx, step)
+        vt, t = _panel(a, tau, k0, w, wi, masks, step)
         if k0 + w < n:
-            t = _t_factor(g, t64).to(a.dtype)
             v = vt.transpose(1, 2).to(a.dtype)
-            c = a[:, k0:, k0 + w:]
-            wt = torch.bmm(t.transpose(1, 2), torch.bmm(v.transpose(1, 2), c))
+            c = a[:, k0:, k0 + w:]  # C <- C - V T' V' C
+            wt = torch.bmm(t.transpose(1, 2).to(a.dtype), torch.bmm(v.transpose(1, 2), c))
             c.baddbmm_(v, wt, alpha=-1.0)
-
-
-def _factor(a, tau, nb):
-    _householder(a, tau, nb)
 
 
 class _Replay:
     """One captured factorization for one shape: copy in, replay, copy the outputs out."""
 
-    def __init__(self, a, nb):
+    def __init__(self, a, nb, wi):
         b, n, _ = a.shape
         self.inp = a.clone()
         self.tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
-        _factor(self.inp.copy_(a), self.tau, nb)  # warm-up: cuBLAS handles and workspaces
+        _householder(self.inp.copy_(a), self.tau, nb, wi)  # warm-up: cuBLAS handles and workspaces
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            _factor(self.inp, self.tau, nb)
+            _householder(self.inp, self.tau, nb, wi)
 
     def __call__(self, a):
         self.inp.copy_(a)
@@ -152,24 +183,28 @@ class _Replay:
 _REPLAYS = {}
 
 
-def _width(b, n):
-    """The panel width for b matrices of order n (CONFIG's nb, nb_few, nb_many)."""
-    key = "nb_few" if b * n <= CONFIG["few_bn"] else "nb_many" if b * n >= CONFIG["many_bn"] else "nb"
-    return max(1, min(int(CONFIG[key]), n))
+def _widths(b, n):
+    """(nb, nbi): the panel width and the inner width for b matrices of order n (CONFIG's nb,
+    nb_few, nb_many, nbi)."""
+    if b * n >= CONFIG["many_bn"]:
+        nb = max(1, min(int(CONFIG["nb_many"]), n))
+        return nb, max(1, min(int(CONFIG["nbi"]), nb))
+    nb = max(1, min(int(CONFIG["nb_few" if b * n <= CONFIG["few_bn"] else "nb"]), n))
+    return nb, nb
 
 
 def custom_kernel(data):
     a = data if data.dtype == torch.float32 else data.float()
     a = a if a.is_contiguous() else a.contiguous()
     b, n, _ = a.shape
-    nb = _width(b, n)
     if b == 0 or n == 0:
         return a, torch.zeros(b, n, dtype=a.dtype, device=a.device)
+    nb, wi = _widths(b, n)
     if a.is_cuda and CONFIG["graph"] and n >= CONFIG["graph_min_n"]:
-        key = (a.device, b, n, nb)
+        key = (a.device, b, n, nb, wi)
         if key not in _REPLAYS:
-            _REPLAYS[key] = _Replay(a, nb)
+            _REPLAYS[key] = _Replay(a, nb, wi)
         return _REPLAYS[key](a)
     tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
-    _factor(a, tau, nb)
+    _householder(a, tau, nb, wi)
     return a, tau
