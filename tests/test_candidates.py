@@ -101,10 +101,11 @@ def test_wy_blocked_panel_widths():
     mod = _load(CANDIDATES / "wy_blocked.py", "cand_wy_blocked_widths")
     cfg = mod.CONFIG
     assert mod._widths(2, 4096) == (cfg["nb_few"], cfg["nb_few"])
-    assert mod._widths(640, 512) == (cfg["nb_many"], cfg["nbi"]) and cfg["nbi"] < cfg["nb_many"]
-    assert mod._widths(60, 1024) == (cfg["nb"], cfg["nb"]) and mod._widths(1, 5) == (5, 5)
+    assert mod._widths(640, 512) == (cfg["nb_most"], cfg["nbi_most"]) and cfg["nbi_most"] < cfg["nb_most"]
+    assert mod._widths(60, 1024) == (cfg["nb_many"], cfg["nbi_many"]) and cfg["nbi_many"] < cfg["nb_many"]
+    assert mod._widths(8, 2048) == (cfg["nb"], cfg["nb"]) and mod._widths(1, 5) == (5, 5)
     for nb, nbi in ((7, 7), (16, 5), (48, 16)):
-        cfg.update(nb_many=nb, nbi=nbi, many_bn=0)  # every shape takes the nb_many branch
+        cfg.update(nb_many=nb, nbi_many=nbi, many_bn=0, most_bn=1 << 40)  # every shape: the "many" tier
         for label, a in SPECIALS("cpu", sizes=(5, 40)):
             _check(mod, a, f"nb={nb}/{nbi} {label}")
         _check(mod, reference.generate_input(3, 70, 2, 7, "mixed"), f"nb={nb}/{nbi} mixed 3x70")

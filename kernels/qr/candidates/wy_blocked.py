@@ -22,16 +22,19 @@ denormals, neither underflow nor overflow.
 """
 import torch
 
-# Panel width by b n, the rows of a batch's panel: nb_few where b n <= few_bn (the column steps are
-# latency-bound, so wider panels cost nothing a column and save panels), nb_many where b n >= many_bn
-# (the steps are bound by their bytes, about b n nbi / 2 elements a column), nb between. Panels of
-# nb_many columns are factored nbi columns at a time (nbi < nb_many: two levels; the inner update
-# is three float64 GEMMs on the panel's remaining columns), so the steps move nbi-wide panels while
-# the trailing matrix is read and written once per nb_many columns.
-CONFIG = {"nb": 32, "nb_few": 64, "few_bn": 8192, "nb_many": 32, "nbi": 16, "many_bn": 131072, "graph": True,
-          "graph_min_n": 2, "jit": True}
-SPACE = {"nb": [8, 16, 24, 32, 48, 64, 96, 128], "nb_few": [16, 32, 64, 128], "few_bn": [0, 4096, 8192, 16384],
-         "nb_many": [8, 16, 32, 64], "nbi": [8, 16, 32, 64], "many_bn": [32768, 131072, 524288],
+# Panel widths by b n, the rows of a batch's panel. The column steps are latency-bound for small
+# b n, so there wider panels cost nothing a column and save panels: nb_few where b n <= few_bn, nb
+# up to many_bn. Above that a step's bytes (about b n w / 2 elements for w columns) count, so a
+# panel of nb_many columns is factored nbi_many columns at a time (two levels; the inner update is
+# three float64 GEMMs on the panel's remaining columns): the steps move narrow panels while the
+# trailing matrix is read and written once per nb_many columns. From most_bn on, nb_most and
+# nbi_most. H200 (docs/h200/2026-12-02-g, g4-g5): 60x1024 best at 64/16 (18.7 ms; 20.8 with one
+# level of 32), 640x512 at 32/8 (22.2 ms; 24.1 at 32/16, 27.7 with one level of 16).
+CONFIG = {"nb": 32, "few_bn": 8192, "nb_few": 64, "many_bn": 32768, "nb_many": 64, "nbi_many": 16,
+          "most_bn": 131072, "nb_most": 32, "nbi_most": 8, "graph": True, "graph_min_n": 2, "jit": True}
+SPACE = {"nb": [8, 16, 24, 32, 48, 64, 96, 128], "few_bn": [0, 4096, 8192, 16384], "nb_few": [16, 32, 64, 128],
+         "many_bn": [16384, 32768, 131072, 524288], "nb_many": [16, 32, 64, 128], "nbi_many": [8, 16, 32, 64],
+         "most_bn": [65536, 131072, 524288], "nb_most": [16, 32, 64], "nbi_most": [4, 8, 16, 32],
          "graph": [True, False], "graph_min_n": [2, 64, 256], "jit": [True, False]}
 
 # One column step of a panel held transposed (each panel column a row), elementwise over the
@@ -97,9 +100,10 @@ def _columns(pr, f, step):
     return torch.stack(cols, dim=1)
 
 
-def _wy(h, upper, eye):
+def _wy(h, upper, eye, with_t=True):
     """V' (unit diagonal, zeros before it), tau = 2 / v'v and T (I - V T V' = H_1 ... H_w, larft's
-    forward columnwise T) of the reflectors in the final transposed columns h (B, w, m), in float64.
+    forward columnwise T; None unless with_t) of the reflectors in the final transposed columns
+    h (B, w, m), in float64.
 
     larft's recurrence is T = D - T S D with S = triu(V'V, 1) and D = diag(tau), so
     T = D (I + S D)^-1: one unit-triangular solve (its lower triangle and diagonal are not read).
@@ -108,12 +112,15 @@ def _wy(h, upper, eye):
     vt = torch.where(upper[:, :w, :m], h, eye[:, :w, :m])
     g = torch.bmm(vt, vt.transpose(1, 2))
     tau = 2.0 / g.diagonal(dim1=1, dim2=2)
+    if not with_t:
+        return vt, tau, None
     x = torch.linalg.solve_triangular(g.mul_(tau.unsqueeze(1)), eye[:, :w, :w], upper=True, unitriangular=True)
     return vt, tau, x.mul_(tau.unsqueeze(2))
 
 
-def _panel(a, tau, k0, w, wi, masks, step):
-    """Householder QR of the panel a[:, k0:, k0:k0+w] in place, tau written; returns V' and T (float64).
+def _panel(a, tau, k0, w, wi, masks, step, with_t):
+    """Householder QR of the panel a[:, k0:, k0:k0+w] in place, tau written; returns V' and T
+    (float64; T only with_t, for a trailing update).
 
     The panel is factored in a float64 transposed copy, each column a contiguous row, wi columns
     at a time; after each wi columns, their reflectors update the panel's remaining columns.
@@ -132,7 +139,7 @@ def _panel(a, tau, k0, w, wi, masks, step):
         rest = pt[:, i0 + wi:, i0:]  # P' <- P' - (P' V) T V'
         rest.baddbmm_(torch.bmm(torch.bmm(rest, vt.transpose(1, 2)), t), vt, alpha=-1.0)
     p.copy_(pt.transpose(1, 2))
-    vt, t64, t = _wy(pt, upper, eye)
+    vt, t64, t = _wy(pt, upper, eye, with_t)
     tau[:, k0:k0 + w].copy_(t64)
     return vt, t
 
@@ -153,7 +160,7 @@ def _householder(a, tau, nb, wi):
     step = _step_jit if a.is_cuda and CONFIG["jit"] else _step_eager
     for k0 in range(0, n, nb):
         w = min(nb, n - k0)
-        vt, t = _panel(a, tau, k0, w, wi, masks, step)
+        vt, t = _panel(a, tau, k0, w, wi, masks, step, k0 + w < n)
         if k0 + w < n:
             v = vt.transpose(1, 2).to(a.dtype)
             c = a[:, k0:, k0 + w:]  # C <- C - V T' V' C
@@ -184,12 +191,13 @@ _REPLAYS = {}
 
 
 def _widths(b, n):
-    """(nb, nbi): the panel width and the inner width for b matrices of order n (CONFIG's nb,
-    nb_few, nb_many, nbi)."""
-    if b * n >= CONFIG["many_bn"]:
-        nb = max(1, min(int(CONFIG["nb_many"]), n))
-        return nb, max(1, min(int(CONFIG["nbi"]), nb))
-    nb = max(1, min(int(CONFIG["nb_few" if b * n <= CONFIG["few_bn"] else "nb"]), n))
+    """(nb, nbi): the panel width and the inner width for b matrices of order n."""
+    bn = b * n
+    if bn >= CONFIG["many_bn"]:
+        tier = "most" if bn >= CONFIG["most_bn"] else "many"
+        nb = max(1, min(int(CONFIG[f"nb_{tier}"]), n))
+        return nb, max(1, min(int(CONFIG[f"nbi_{tier}"]), nb))
+    nb = max(1, min(int(CONFIG["nb_few" if bn <= CONFIG["few_bn"] else "nb"]), n))
     return nb, nb
 
 
