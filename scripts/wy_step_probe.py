@@ -4,6 +4,8 @@
 
 For a few panel shapes (B matrices, C columns left, M rows), each variant is captured 50 times in
 one CUDA graph and replayed; the printed figure is the replay's time over 50, in microseconds.
+(Call g3 ran it at commit 05c9039, whose step took the row and column indices as two tensors;
+the step now takes them as one, f.)
 Variants: the candidate's _STEP kernel (one sqrt and one division an element) on the strided view
 the loop passes it and on a contiguous copy; an FMA-only step with the per-matrix scalars (beta,
 s) precomputed, and the jiterator kernel that precomputes them; a plain torch.add of the same size;
@@ -64,13 +66,14 @@ def main():
         pr = full[:, 1:]  # strided, as the loop's pr = out[:, 1:]
         prc = pr.contiguous()
         j = 3
+        f, _, _ = wyb._masks(m, c, "cuda")
         idx = torch.arange(max(m, c), dtype=torch.float64, device="cuda").view(1, 1, -1)
         r, cc = idx[:, :, :m], idx[:, :, :c].transpose(1, 2)
         z = torch.bmm(pr[:, :, j:], pr[:, 0, j:].unsqueeze(2))
         beta, s = scal(pr[:, :1, j:j + 1], z[:, :1])
 
         def args(p):
-            return (p, p[:, :1], z, p[:, :, j:j + 1], p[:, :1, j:j + 1], z[:, :1], r, cc)
+            return (p, p[:, :1], z, p[:, :, j:j + 1], p[:, :1, j:j + 1], z[:, :1], f)
 
         row = {
             "step": lambda: wyb._step_jit(*args(pr), j),

@@ -8,17 +8,19 @@ panel's remaining columns and writes the column's final values (_STEP: one squar
 division an element). The columns go back to the matrix once per panel; tau = 2 / v'v and
 T = D (I + triu(V'V, 1) D)^-1 (larft's recurrence as one unit-triangular solve) come from the
 panel's Gram matrix V'V in float64; the trailing matrix gets Q' = I - V T' V' through three batched
-GEMMs in float32. On a GPU the whole sequence is captured once per shape as a CUDA graph and
-replayed. The panel width depends on b n (_width): 64 where the column steps are latency-bound,
-16 where their bytes decide (640x512), 32 between. The CPU runs the same steps in eager ops.
+GEMMs in float32. Where b n is large, a panel is factored in narrower inner panels whose
+reflectors update the rest of the panel by float64 GEMMs (two levels, _widths). On a GPU the whole
+sequence is captured once per shape as a CUDA graph and replayed. The CPU runs the same steps in
+eager ops.
 
-Where the time goes (H200, torch.profiler, docs/h200/2026-12-02-g): the column steps. Each is a
-few microseconds even from a graph for small b n (2x4096: 4096 steps and 4096 GEMVs, ~10 us a
-column in all), and bound by its bytes and float64 math at 640x512, where a step moves the
-panel's remaining columns once in and once out. Then the trailing GEMMs (~4/3 n^3 flops per
-matrix) and the copies around the graph. Norms and reflectors are computed in float64, so entries
-near 1e-30 or 1e30, and rounding-noise columns of rank-deficient matrices that shrink toward
-denormals, neither underflow nor overflow.
+Where the time goes (H200, torch.profiler, docs/h200/2026-12-02-g/g6): the column steps. A step
+kernel costs ~4.8 us even on a tiny panel, replayed from a graph, against ~1.3 us for a plain
+torch.add (g3), and the GEMV 1.8-5 us: 2x4096 spends 20.8 ms in 4096 steps and 15.9 ms in their
+GEMVs of its 54.8 ms; 20x32 152 of its ~250 us in 32 steps. At 640x512 a step moves the inner
+panel's remaining columns in and out (6.2 ms in 512 steps); the trailing GEMMs (~4/3 n^3 flops
+per matrix, float32 without TF32) and the copies around the graph take most of the rest. Norms and
+reflectors are computed in float64, so entries near 1e-30 or 1e30, and rounding-noise columns of
+rank-deficient matrices that shrink toward denormals, neither underflow nor overflow.
 """
 import torch
 
