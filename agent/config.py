@@ -36,6 +36,7 @@ class RunConfig:
     device: str = "auto"
     gpus: list[int] = field(default_factory=list)    # empty: the first GPU (or the CPU without one)
     beam: int = DEFAULT_BEAM
+    families: list[str] = field(default_factory=list)  # seed families to start from; empty: the task's seeds
     max_iterations: int | None = None
     max_hours: float | None = None
     max_cost: float | None = None
@@ -83,6 +84,8 @@ class RunConfig:
                               f"not {self.noise_floor!r}")
         if any(g < 0 for g in self.gpus):
             raise ConfigError("--gpus takes GPU indices (0, 1, ...)")
+        if len(set(self.families)) != len(self.families):
+            raise ConfigError(f"--families names a family twice: {','.join(self.families)}")
         return self
 
     # -- session.toml ----------------------------------------------------------------------
@@ -110,6 +113,8 @@ class RunConfig:
                 kw[name] = float(prices[key])
         if "gpus" in kw:
             kw["gpus"] = [int(g) for g in kw["gpus"]]
+        if "families" in kw:
+            kw["families"] = [str(f) for f in kw["families"]]
         return cls(**kw)
 
     def overridden_by(self, other: "RunConfig") -> "RunConfig":
@@ -133,6 +138,8 @@ class RunConfig:
                 kw[name] = value
         if isinstance(kw.get("gpus"), str):
             kw["gpus"] = parse_gpus(kw["gpus"])
+        if isinstance(kw.get("families"), str):
+            kw["families"] = parse_families(kw["families"])
         cfg = cls(**kw, explicit=frozenset(kw))
         cfg.lock_wait_s = float(getattr(ns, "lock_wait", None) or 0.0)
         return cfg
@@ -143,6 +150,13 @@ def parse_gpus(text: str) -> list[int]:
         return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
     except ValueError:
         raise ConfigError(f"--gpus takes comma-separated GPU indices like 0,1, not {text!r}") from None
+
+
+def parse_families(text: str) -> list[str]:
+    names = [x for x in text.replace(" ", "").split(",") if x != ""]
+    if not names:
+        raise ConfigError(f"--families takes comma-separated seed names like wy_blocked,superpanel, not {text!r}")
+    return [x[:-3] if x.endswith(".py") else x for x in names]
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -157,7 +171,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--command-timeout", dest="command_timeout_s", type=float, default=None, metavar="SECONDS")
     p.add_argument("--device", choices=DEVICES, default=None, help="auto (default): the GPU if present")
     p.add_argument("--gpus", default=None, help="GPU indices to evaluate on concurrently, e.g. 0,1")
-    p.add_argument("--beam", type=int, default=None, help=f"branches at start (default {DEFAULT_BEAM})")
+    p.add_argument("--beam", type=int, default=None,
+                   help=f"branches at start (default {DEFAULT_BEAM}; --families starts every family it names)")
+    p.add_argument("--families", default=None, metavar="NAMES",
+                   help="seed families to start the beam from, e.g. wy_blocked,superpanel (the seed files' "
+                        "names; default: the task's seeds in name order, up to --beam). A resume with new "
+                        "families adds their branches")
     p.add_argument("--max-iterations", dest="max_iterations", type=int, default=None)
     p.add_argument("--max-hours", dest="max_hours", type=float, default=None)
     p.add_argument("--max-cost", dest="max_cost", type=float, default=None, metavar="USD")

@@ -48,6 +48,8 @@ def prepare_session(root: Path, name: str | None, cfg: RunConfig) -> Session:
         if "task" in cfg.explicit and _task_spec(cfg.task) != _task_spec(stored.task):
             raise SessionError(f"session {name!r} runs task {stored.task}; a resume cannot change the task")
         merged = stored.overridden_by(cfg).validate()
+        if "families" in cfg.explicit:
+            _check_families(merged)
         if cfg.explicit:
             write_config(s, merged.to_toml())
         return s
@@ -58,10 +60,19 @@ def prepare_session(root: Path, name: str | None, cfg: RunConfig) -> Session:
         raise SessionError(str(exc)) from None
     if not task.seed_candidates():
         raise SessionError(f"task {task.name} has no seed candidates in {task.candidates_dir or 'candidates/'}")
+    _check_families(cfg, task)
     name = name or _fresh_name(root)
     stored = RunConfig.from_toml(cfg.to_toml())
     stored.task = _task_spec(cfg.task)
     return create_session(root, name, {"name": name, "created": time.time(), **stored.to_toml()})
+
+
+def _check_families(cfg: RunConfig, task: Task | None = None) -> None:
+    """SessionError, before anything runs, when --families names a family the task has no seed for."""
+    try:
+        (task or load_task(cfg.task)).seeds_named(cfg.families)
+    except TaskError as exc:
+        raise SessionError(str(exc)) from None
 
 
 def _fresh_name(root: Path) -> str:

@@ -85,7 +85,10 @@ class Setup:
         jobs: list[Job] = []
         if task.baseline is not None and not any(isinstance(e, ev.BaselineMeasured) for e in prior):
             jobs.append(("baseline", task.baseline, None, "setup"))
-        seeds = [(branch_name(task.name, seed.stem), seed) for seed in task.seed_candidates()[: a.cfg.beam]]
+        # every family --families names starts; without it, the task's first --beam seeds
+        named = task.seeds_named(a.cfg.families)
+        named = named if a.cfg.families else named[: a.cfg.beam]
+        seeds = [(branch_name(task.name, seed.stem), seed) for seed in named]
         jobs += [(name, seed, None, "setup") for name, seed in seeds if name not in a.state.branches]
         if stop.is_set() or abort.is_set():
             return False

@@ -11,6 +11,7 @@ import pytest
 
 from agent import events as ev
 from agent.config import RunConfig
+from agent.harness.task import load_task
 from agent.loop import Agent, prepare_session
 from agent.session import EventLog, SessionError, create_session
 from agent.vcs import AttemptRecord, SessionRepo
@@ -131,6 +132,32 @@ def test_prepare_session_names_validates_and_merges_on_resume(tmp_path: Path):
     assert RunConfig.from_toml(RunConfig(gpus=[0, 1], price_in_per_mtok=2.0).to_toml()).gpus == [0, 1]
 
 
+@pytest.mark.slow
+def test_families_pick_the_seeds_the_beam_starts_from_and_a_resume_can_add_one(tmp_path: Path):
+    """--families starts exactly the named seeds, in the order given, whatever --beam says; a name
+    the task has no seed for is refused before anything runs; a resume naming one more adds it."""
+    root = tmp_path / "sessions"
+    task = tiny_task(tmp_path, seeds=("sleepy", "steady", "bare"))
+    with pytest.raises(SessionError, match=r"task tiny has no seed family 'nope' \(its seeds: bare, sleepy, steady\)"):
+        prepare_session(root, "x", config(task, families=["steady", "nope"]))
+    assert not (root / "x").exists()
+    cfg = config(task, beam=1, families=["steady", "sleepy"], max_iterations=0)
+    s = prepare_session(root, "f", cfg)
+    assert RunConfig.from_toml(s.config()).families == ["steady", "sleepy"]
+    assert Agent(s, cfg).run() == "budget"
+    assert [b.branch for b in of_type(events(s), ev.BranchCreated)] == ["tiny/steady", "tiny/sleepy"]
+    more = RunConfig(families=["steady", "sleepy", "bare"], explicit=frozenset({"families"}))
+    s = prepare_session(root, "f", more)
+    merged = RunConfig.from_toml(s.config())
+    assert merged.families == ["steady", "sleepy", "bare"] and merged.max_iterations == 0
+    assert Agent(s, merged).run() == "budget"
+    assert [b.branch for b in of_type(events(s), ev.BranchCreated)] == ["tiny/steady", "tiny/sleepy", "tiny/bare"]
+    with pytest.raises(SessionError, match="no seed family 'gone'"):
+        prepare_session(root, "f", RunConfig(families=["gone"], explicit=frozenset({"families"})))
+    qr = load_task("qr")  # a family by its branch's spelling too
+    assert [p.name for p in qr.seeds_named(["wy-blocked", "superpanel"])] == ["wy_blocked.py", "superpanel.py"]
+
+
 def test_command_line_errors_are_one_line(tmp_path: Path):
     root = tmp_path / "sessions"
     create_session(root, "s", {"task": "qr"})
@@ -141,7 +168,10 @@ def test_command_line_errors_are_one_line(tmp_path: Path):
              (["run", "--proposer", "command"], "needs --command"),
              (["run", "--task", str(tmp_path / "none")], "no such directory"),
              (["export", "s"], "no correct kernel yet"),
-             (["run", "--gpus", "a,b"], "--gpus takes comma-separated")]
+             (["run", "--gpus", "a,b"], "--gpus takes comma-separated"),
+             (["run", "--families", "wy_blocked,nope"], "task qr has no seed family 'nope' (its seeds: cholqr, "),
+             (["run", "--families", ","], "--families takes comma-separated seed names"),
+             (["run", "--families", "wy_triton,wy_triton.py"], "--families names a family twice")]
     for args, expected in cases:
         r = steer(*args, root=root)
         assert r.returncode == 2, (args, r.stderr)

@@ -45,6 +45,21 @@ class Task:
         found = sorted(p for p in self.candidates_dir.glob("*.py") if not p.name.startswith("_"))
         return [p for p in found if self.baseline is None or p.resolve() != self.baseline.resolve()]
 
+    def seeds_named(self, families: list[str]) -> list[Path]:
+        """The seed candidates whose file names (without .py) are `families`, in that order; all of
+        them for none. A branch's spelling (wy-blocked for wy_blocked.py) is taken too. TaskError
+        names a family the task has no seed for."""
+        seeds = self.seed_candidates()
+        if not families:
+            return seeds
+        by_name = {p.stem: p for p in seeds}
+        by_name.update({p.stem.replace("_", "-"): p for p in seeds if p.stem.replace("_", "-") not in by_name})
+        missing = [f for f in families if f not in by_name]
+        if missing:
+            raise TaskError(f"task {self.name} has no seed family {', '.join(map(repr, missing))} "
+                            f"(its seeds: {', '.join(p.stem for p in seeds) or 'none'})")
+        return [by_name[f] for f in families]
+
     def files(self) -> list[Path]:
         """The files a worker gets a copy of: every .py/.yml beside task.yml (not candidates/)."""
         return sorted(p for p in self.path.iterdir() if p.is_file() and p.suffix in (".py", ".yml", ".yaml"))
