@@ -11,7 +11,7 @@ panel's Gram matrix V'V in float64; the trailing matrix gets Q' = I - V T' V' th
 GEMMs in float32. Where b n is large, a panel is factored in narrower inner panels whose
 reflectors update the rest of the panel by float64 GEMMs (two levels, _widths). On a GPU the whole
 sequence is captured once per shape as a CUDA graph and replayed. The CPU runs the same steps in
-eager ops.
+torch ops.
 
 Where the time goes (H200, torch.profiler, docs/h200/2026-12-02-g/g6): the column steps. A step
 kernel costs ~4.8 us even on a tiny panel, replayed from a graph, against ~1.3 us for a plain
@@ -76,17 +76,20 @@ def _step_jit(p, x, z, prow, alpha, z0, f, j):
     return _JIT["fn"](p, x, z, prow, alpha, z0, f, j=float(j))
 
 
-def _step_eager(p, x, z, prow, alpha, z0, f, j):
-    """The same math as _STEP in eager ops (the CPU has no jiterator)."""
-    first = f >= _FIRST
-    r = torch.where(first, f - _FIRST, f)
+def _step_torch(p, x, z, prow, alpha, z0, f, j):
+    """_STEP's values with torch ops (the CPU, or jit=False), in place in p, which it returns: the
+    per-matrix scalars once, then only the rows from the diagonal down, the other columns first
+    (they read column j and row j), then column j. f is not needed."""
     live = z0 > 1e-280
-    beta = -torch.copysign(z0.sqrt(), alpha)
-    s = 1.0 / torch.where(live, alpha * beta - z0, -1.0)
-    new = torch.where(first, torch.where(r == j, beta, x * beta * s),
-                      torch.where(r == j, z * (alpha - beta) * s, p + (z - beta * prow) * x * s))
-    dead = torch.where(r == j, -p, torch.where(first, 0.0, p))
-    return torch.where(r < j, p, torch.where(live, new, dead))
+    beta = torch.where(live, -torch.copysign(z0.sqrt(), alpha), -alpha)  # a dead column: v = e_j
+    s = torch.where(live, 1.0 / torch.where(live, alpha * beta - z0, -1.0), 0.0)
+    if p.shape[1] > 1:
+        zc, pc = z[:, 1:], prow[:, 1:]
+        p[:, 1:, j + 1:].addcmul_((zc - beta * pc) * x[:, :, j + 1:], s)
+        pc.copy_(torch.where(live, zc * (alpha - beta) * s, -pc))
+    x[:, :, j + 1:].mul_(beta).mul_(s)
+    alpha.copy_(beta)
+    return p
 
 
 def _columns(pr, f, step):
@@ -159,7 +162,7 @@ def _householder(a, tau, nb, wi):
     """Blocked Householder QR of a contiguous (B, n, n) in place; tau (B, n) is written."""
     n = a.shape[-1]
     masks = _masks(n, nb, a.device)
-    step = _step_jit if a.is_cuda and CONFIG["jit"] else _step_eager
+    step = _step_jit if a.is_cuda and CONFIG["jit"] else _step_torch
     for k0 in range(0, n, nb):
         w = min(nb, n - k0)
         vt, t = _panel(a, tau, k0, w, wi, masks, step, k0 + w < n)
