@@ -85,7 +85,7 @@ def main():
             "add": lambda: torch.add(prc, 1.0),
             "gemv": lambda: torch.bmm(pr[:, :, j:], pr[:, 0, j:].unsqueeze(2)),
         }
-        print(f"{f'{b} x {c} x {m}':<18}" + "".join(f"{per_launch(f):>11.2f}" for f in row.values()), flush=True)
+        print(f"{f'{b} x {c} x {m}':<18}" + "".join(f"{per_launch(fn):>11.2f}" for fn in row.values()), flush=True)
 
 
 if __name__ == "__main__":
