@@ -11,7 +11,7 @@ import pytest
 
 from agent import events as ev
 from agent.config import RunConfig
-from agent.harness.task import load_task
+from agent.harness.task import TaskError, load_task
 from agent.loop import Agent, prepare_session
 from agent.session import EventLog, SessionError, create_session
 from agent.vcs import AttemptRecord, SessionRepo
@@ -156,6 +156,8 @@ def test_families_pick_the_seeds_the_beam_starts_from_and_a_resume_can_add_one(t
         prepare_session(root, "f", RunConfig(families=["gone"], explicit=frozenset({"families"})))
     qr = load_task("qr")  # a family by its branch's spelling too
     assert [p.name for p in qr.seeds_named(["wy-blocked", "superpanel"])] == ["wy_blocked.py", "superpanel.py"]
+    with pytest.raises(TaskError, match="the same seed family is named twice in wy_blocked,wy-blocked"):
+        qr.seeds_named(["wy_blocked", "wy-blocked"])
 
 
 def test_command_line_errors_are_one_line(tmp_path: Path):

@@ -58,7 +58,10 @@ class Task:
         if missing:
             raise TaskError(f"task {self.name} has no seed family {', '.join(map(repr, missing))} "
                             f"(its seeds: {', '.join(p.stem for p in seeds) or 'none'})")
-        return [by_name[f] for f in families]
+        chosen = [by_name[f] for f in families]
+        if len(set(chosen)) != len(chosen):
+            raise TaskError(f"the same seed family is named twice in {','.join(families)}")
+        return chosen
 
     def files(self) -> list[Path]:
         """The files a worker gets a copy of: every .py/.yml beside task.yml (not candidates/)."""
