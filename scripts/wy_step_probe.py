@@ -8,7 +8,8 @@ one CUDA graph and replayed; the printed figure is the replay's time over 50, in
 the step now takes them as one, f.)
 Variants: the candidate's _STEP kernel (one sqrt and one division an element) on the strided view
 the loop passes it and on a contiguous copy; an FMA-only step with the per-matrix scalars (beta,
-s) precomputed, and the jiterator kernel that precomputes them; a plain torch.add of the same size;
+s) precomputed (timed only: its values are not the step's), and the jiterator kernel that
+precomputes them; a plain torch.add of the same size;
 and the batched GEMV that gives z.
 """
 import importlib.util

@@ -133,16 +133,17 @@ def _panel(a, tau, k0, w, wi, masks, step, with_t):
     f, upper, eye = masks
     p = a[:, k0:, k0:k0 + w]
     pt = p.transpose(1, 2).to(torch.float64, copy=True, memory_format=torch.contiguous_format)
-    for i0 in range(0, w, wi):
-        sub = pt[:, i0:i0 + wi, i0:]
-        h = _columns(sub, f, step)
-        if i0 + wi >= w:
+    if wi >= w:  # one level: the final columns go to the matrix as they are
+        pt = _columns(pt, f, step)
+    else:
+        for i0 in range(0, w, wi):
+            sub = pt[:, i0:i0 + wi, i0:]
+            h = _columns(sub, f, step)
             sub.copy_(h)
-            break
-        vt, _, t = _wy(h, upper, eye)
-        sub.copy_(h)
-        rest = pt[:, i0 + wi:, i0:]  # P' <- P' - (P' V) T V'
-        rest.baddbmm_(torch.bmm(torch.bmm(rest, vt.transpose(1, 2)), t), vt, alpha=-1.0)
+            if i0 + wi < w:
+                vt, _, t = _wy(h, upper, eye)
+                rest = pt[:, i0 + wi:, i0:]  # P' <- P' - (P' V) T V'
+                rest.baddbmm_(torch.bmm(torch.bmm(rest, vt.transpose(1, 2)), t), vt, alpha=-1.0)
     p.copy_(pt.transpose(1, 2))
     vt, t64, t = _wy(pt, upper, eye, with_t)
     tau[:, k0:k0 + w].copy_(t64)
