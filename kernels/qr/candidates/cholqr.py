@@ -1,19 +1,26 @@
-"""cholqr: CholeskyQR2 in float64 with Householder reconstruction, and a per-matrix fallback.
+"""cholqr: blocked Householder QR whose panels are factored by CholeskyQR2 with Householder reconstruction.
 
-For each matrix: G = A'A, R1 = chol(G), Q1 = A R1^-1; then again on Q1 (CholeskyQR2), all in
-float64 (bmm, cholesky_ex, solve_triangular). The compact Householder form is recovered as
-LAPACK's orhr_col does: an unpivoted LU of Q - S, S_j = -sign of the current pivot (so every
-pivot is >= 1 in magnitude), gives V = L, tau_j = -S_j U_jj and R = S R2 R1. The LU is blocked
-(columns batched over the matrices, L11^-1 by recursive doubling, GEMM updates) and replayed as a
-CUDA graph. A matrix is accepted only if both Choleskys succeed, ||Q1'Q1 - I||_F <= thr (then
-CholeskyQR2's second pass is accurate) and its outputs are finite; every other matrix (rank-
-deficient, clustered, strongly graded...) is refactored by a Householder QR (the wy_triton
-kernels), decided per matrix from its own numbers, never from the shape.
+Each panel P (the m = n - k0 rows of nb columns) is factored without a column-by-column Householder
+loop over its rows. In float64: G = P'P, R1 = chol(G), G2 = (P R1^-1)'(P R1^-1), R2 = chol(G2)
+(CholeskyQR2), so Q = P (R2 R1)^-1 is orthonormal. The compact Householder form comes from Q as
+LAPACK's orhr_col recovers it: an unpivoted LU of Q - S on Q's top nb x nb block, S_k = -sign of the
+current pivot (so every pivot is >= 1 in magnitude), gives V = L (below the block: Q_low U^-1),
+T = -U S L1^-T, tau = diag(T) and R = S R2 R1. The rows only enter through three passes of small
+float64 products (P'P, (P M1)'(P M1), P M): the sequential work (two Choleskys and the LU, each with
+its inverse in the same loop) is on nb x nb tiles, not on the m x nb panel. Tall panels split their
+rows across programs (Gram pieces summed with float64 atomics); panels of at most `rows` rows, or
+batches that fill the GPU, are factored by one program per matrix in one launch.
 
-Where the time goes: square matrices are the worst case for CholeskyQR: ~5n^3 float64 flops in
-GEMM/TRSM plus the batched Cholesky, plus the 2/3 n^3 LU (launch-bound column loop), against
-4/3 n^3 for Householder; and the fallback re-does the matrices it rejects. It is kept as a
-family for batches of well-conditioned matrices, not as the fastest one here.
+The decision is per matrix and per panel, from that panel's own numbers: a pivot of either Cholesky
+at or below rel x its largest diagonal entry, ||Q1'Q1 - I||max > thr, or a non-finite result sends
+that matrix's panel to a Householder panel (column by column, float64 norms, its rows read from
+L1/L2), which the same step launches for every matrix and which returns at once for those accepted.
+Rank-deficient, graded and special matrices reach it; the rest never do. The trailing matrix is
+updated as in wy_triton (C -= V (T' (V' C)), bf16x3 tensor-core dots for n >= bf16_min_n, rows split
+with atomics where the batch is small), and launch-bound shapes replay a CUDA graph.
+
+Where the time goes: to be profiled on the H200 (the first version of this design).
+On a CPU tensor it runs the same algorithm in PyTorch, or the Triton kernels when TRITON_INTERPRET=1.
 """
 import os
 
@@ -25,162 +32,457 @@ try:
 except ImportError:  # a CPU-only machine without Triton still gets the PyTorch path
     triton = None
 
-CONFIG = {"nb_lu": 32, "thr": 0.1, "graph": True, "hh_nb": 32, "hh_tile_max": 32768, "hh_small_max": 128,
-          "hh_prec": "ieee", "hh_panel_epw": 2048}
-SPACE = {"nb_lu": [16, 32, 64, 128], "thr": [0.01, 0.1, 0.5], "graph": [True, False], "hh_nb": [16, 32, 64],
-         "hh_tile_max": [16384, 32768], "hh_small_max": [0, 64, 128], "hh_prec": ["tf32x3", "ieee"],
-         "hh_panel_epw": [512, 1024, 2048, 4096]}
+CONFIG = {"nb": 32, "rows": 512, "split_min": 264, "thr": 0.1, "rel": 1e-13, "bk": 32, "chol_warps": 4,
+          "bn": 64, "trail_warps": 4, "prec": "bf16x3", "bf16_min_n": 256, "rev_rows": True,
+          "graph_max_elems": 33554432}
+SPACE = {"nb": [16, 32, 64], "rows": [128, 256, 512, 1024], "split_min": [0, 132, 264, 528],
+         "thr": [0.01, 0.1, 0.5], "rel": [1e-14, 1e-13, 1e-12], "bk": [16, 32, 64], "chol_warps": [1, 2, 4, 8],
+         "bn": [32, 64, 128], "trail_warps": [4, 8], "prec": ["tf32x3", "bf16x3", "ieee"],
+         "bf16_min_n": [128, 256, 512], "rev_rows": [False, True], "graph_max_elems": [0, 8388608, 33554432]}
+STATS = {"panels": 0, "fallback": 0}  # matrix panels factored, and refactored by Householder (read by scripts)
 
 
-# ----------------------------------------------------------------------------------- Triton
+# ----------------------------------------------------------------------------------- Triton: the panel
 if triton is not None:
     @triton.jit
-    def _sum_sum_max(a0, b0, c0, a1, b1, c1):
-        return a0 + a1, b0 + b1, tl.maximum(c0, c1)
+    def _gram(base, n, k0, nb, r_beg, r_end, m1, NB: tl.constexpr, BK: tl.constexpr, SECOND: tl.constexpr):
+        """X'X in float64 over rows r_beg..r_end of the panel's columns k0..k0+nb; X = P, or P m1 (SECOND)."""
+        kk = tl.arange(0, NB)
+        g = tl.zeros([NB, NB], dtype=tl.float64)
+        for r0 in range(r_beg, r_end, BK):
+            rows = r0 + tl.arange(0, BK)
+            x = tl.load(base + rows[:, None] * n + (k0 + kk)[None, :],
+                        mask=(rows < r_end)[:, None] & (kk < nb)[None, :], other=0.0).to(tl.float64)
+            if SECOND:
+                x = tl.dot(x, m1, tl.zeros([BK, NB], dtype=tl.float64), input_precision="ieee")
+            g = tl.dot(tl.trans(x), x, g, input_precision="ieee")
+        return g
 
     @triton.jit
-    def _panel_kernel(A, TAU, TW, n, k0, nb, stride_b,
-                      BM: tl.constexpr, NB: tl.constexpr, NBT: tl.constexpr, WRITE_T: tl.constexpr):
-        """Householder QR of rows k0.., columns k0..k0+nb of one matrix, in registers; T too.
+    def _chol_inv(g, nb, rel, NB: tl.constexpr):
+        """(R, R^-1, ok) with g = R'R on the leading nb x nb block (g is the identity outside it).
 
-        Per column: one fused block reduction (alpha, sum of squares, max) and one for w = v'P;
-        the norm is rescaled by max|x| only when the plain sum of squares could have lost range.
-        """
+        One loop: the rows' elimination, applied to the identity beside g, leaves R^-T there. ok
+        is False where a pivot is <= rel x the largest diagonal entry or not finite."""
+        rr = tl.arange(0, NB)
+        eye = rr[:, None] == rr[None, :]
+        e = tl.where(eye, 1.0, 0.0).to(tl.float64)
+        floor = rel * tl.max(tl.sum(tl.where(eye, g, 0.0), axis=1), axis=0)
+        ok = floor >= 0.0
+        for k in range(0, nb):
+            isk = rr[:, None] == k
+            rowk = tl.sum(tl.where(isk, g, 0.0), axis=0)
+            erow = tl.sum(tl.where(isk, e, 0.0), axis=0)
+            piv = tl.sum(tl.where(rr == k, rowk, 0.0), axis=0)
+            good = piv > floor
+            ok = ok & good
+            r = tl.sqrt(tl.where(good, piv, 1.0))
+            rs = tl.where(rr >= k, rowk / r, 0.0)             # row k of R
+            below = tl.where(rr > k, rs, 0.0)                # column k of the rest: the multipliers x r
+            g = tl.where(isk, rs[None, :], g - below[:, None] * rs[None, :])
+            e = tl.where(isk, (erow / r)[None, :], e - (below / r)[:, None] * erow[None, :])
+        return tl.where(rr[:, None] <= rr[None, :], g, 0.0), tl.trans(e), ok
+
+    @triton.jit
+    def _lu_signs(x, nb, NB: tl.constexpr):
+        """x - S = L U, unpivoted, S_k = -sign(pivot k) (LAPACK's dlaorhr_col_getrfnp); also (x - S)^-1.
+
+        Gauss-Jordan: the rows above each pivot are eliminated too, so the identity beside x ends
+        as D (x - S)^-1, D the pivots. U's row k and L's column k are taken at step k, where
+        they are the LU's (above-pivot elimination never touches rows at or below the pivot)."""
+        rr = tl.arange(0, NB)
+        eye = rr[:, None] == rr[None, :]
+        e = tl.where(eye, 1.0, 0.0).to(tl.float64)
+        lmat = e
+        umat = tl.where(eye, 1.0, 0.0).to(tl.float64)
+        s = tl.full([NB], -1.0, dtype=tl.float64)
+        for k in range(0, nb):
+            isk = rr[:, None] == k
+            rowk = tl.sum(tl.where(isk, x, 0.0), axis=0)
+            colk = tl.sum(tl.where(rr[None, :] == k, x, 0.0), axis=1)
+            erow = tl.sum(tl.where(isk, e, 0.0), axis=0)
+            d = tl.sum(tl.where(rr == k, rowk, 0.0), axis=0)
+            sk = tl.where(d >= 0.0, -1.0, 1.0)
+            p = d - sk
+            rowk = tl.where(rr == k, p, rowk)
+            coef = tl.where(rr != k, colk / p, 0.0)
+            x = tl.where(isk, rowk[None, :], x - coef[:, None] * rowk[None, :])
+            e = tl.where(isk, erow[None, :], e - coef[:, None] * erow[None, :])
+            umat = tl.where(isk, tl.where(rr >= k, rowk, 0.0)[None, :], umat)
+            lmat = tl.where((rr[None, :] == k) & (rr[:, None] > k), coef[:, None], lmat)
+            s = tl.where(rr == k, sk, s)
+        piv = tl.sum(tl.where(eye, umat, 0.0), axis=1)
+        return lmat, umat, s, e / piv[:, None]
+
+    @triton.jit
+    def _first(G, M1, OK, b, nb, rel, NB: tl.constexpr):
+        """R1^-1 from the summed Gram matrix G (then zeroed for the next sum), and the first ok."""
+        rr = tl.arange(0, NB)
+        gp = G + b * NB * NB + rr[:, None] * NB + rr[None, :]
+        inside = (rr < nb)[:, None] & (rr < nb)[None, :]
+        g = tl.where(inside, tl.load(gp), tl.where(rr[:, None] == rr[None, :], 1.0, 0.0).to(tl.float64))
+        tl.store(gp, tl.zeros([NB, NB], dtype=tl.float64))
+        r1, r1i, ok = _chol_inv(g, nb, rel, NB)
+        tl.store(M1 + b * 2 * NB * NB + rr[:, None] * NB + rr[None, :], r1i)
+        tl.store(M1 + b * 2 * NB * NB + NB * NB + rr[:, None] * NB + rr[None, :], r1)
+        tl.store(OK + b, ok.to(tl.int32))
+
+    @triton.jit
+    def _second(A, TAU, TW, G, M1, MF, OK, b, n, k0, nb, stride_b, rel, thr, NB: tl.constexpr, NBT: tl.constexpr):
+        """CholeskyQR2's second Cholesky, the acceptance, and the reconstruction: the panel's top nb
+        rows (L below the diagonal, R = S R2 R1 on and above), tau, T, and MF = R1^-1 R2^-1 U^-1,
+        which takes the panel's lower rows to V. Nothing is written for a rejected matrix."""
+        rr = tl.arange(0, NB)
+        eye = rr[:, None] == rr[None, :]
+        inside = (rr < nb)[:, None] & (rr < nb)[None, :]
+        gp = G + b * NB * NB + rr[:, None] * NB + rr[None, :]
+        g2 = tl.where(inside, tl.load(gp), tl.where(eye, 1.0, 0.0).to(tl.float64))
+        tl.store(gp, tl.zeros([NB, NB], dtype=tl.float64))
+        err = tl.max(tl.max(tl.abs(g2 - tl.where(eye, 1.0, 0.0)), axis=1), axis=0)
+        r2, r2i, ok2 = _chol_inv(g2, nb, rel, NB)
+        mp = M1 + b * 2 * NB * NB + rr[:, None] * NB + rr[None, :]
+        r1i = tl.load(mp)
+        r1 = tl.load(mp + NB * NB)
+        z = tl.zeros([NB, NB], dtype=tl.float64)
+        minv = tl.dot(r1i, r2i, z, input_precision="ieee")
+        base = A + b * stride_b
+        tp = base + (k0 + rr)[:, None] * n + (k0 + rr)[None, :]
+        ptop = tl.load(tp, mask=inside, other=0.0).to(tl.float64)
+        lmat, umat, s, ainv = _lu_signs(tl.dot(ptop, minv, z, input_precision="ieee"), nb, NB)
+        uinv = tl.dot(ainv, lmat, z, input_precision="ieee")
+        mf = tl.dot(minv, uinv, z, input_precision="ieee")
+        linvt = tl.trans(tl.dot(umat, ainv, z, input_precision="ieee"))      # L1^-T
+        t = -tl.dot(umat * s[None, :], linvt, z, input_precision="ieee")
+        t = tl.where(rr[:, None] <= rr[None, :], t, 0.0)
+        rhh = s[:, None] * tl.dot(r2, r1, z, input_precision="ieee")
+        top = tl.where(rr[:, None] > rr[None, :], lmat, rhh)
+        ok = (tl.load(OK + b) != 0) & ok2 & (err <= thr)
+        fin = tl.abs(top) + tl.abs(t) + tl.abs(mf)
+        ok = ok & (tl.max(tl.max(tl.where(inside, fin, 0.0), axis=1), axis=0) < 1e300)
+        tl.store(OK + b, ok.to(tl.int32))
+        if ok:
+            tl.store(tp, top.to(tl.float32), mask=inside)
+            tl.store(TAU + b * n + k0 + rr, tl.sum(tl.where(eye, t, 0.0), axis=1).to(tl.float32), mask=rr < nb)
+            tl.store(TW + b * NBT * NBT + rr[:, None] * NBT + rr[None, :], t.to(tl.float32))
+            tl.store(MF + b * NB * NB + rr[:, None] * NB + rr[None, :], mf)
+
+    @triton.jit
+    def _lower(A, MF, OK, b, n, k0, nb, r_beg, r_end, stride_b, NB: tl.constexpr, BK: tl.constexpr):
+        """V = P MF over rows r_beg..r_end of an accepted matrix's panel, written over P."""
+        if tl.load(OK + b) != 0:
+            rr = tl.arange(0, NB)
+            mf = tl.load(MF + b * NB * NB + rr[:, None] * NB + rr[None, :])
+            base = A + b * stride_b
+            for r0 in range(r_beg, r_end, BK):
+                rows = r0 + tl.arange(0, BK)
+                ptr = base + rows[:, None] * n + (k0 + rr)[None, :]
+                msk = (rows < r_end)[:, None] & (rr < nb)[None, :]
+                x = tl.load(ptr, mask=msk, other=0.0).to(tl.float64)
+                v = tl.dot(x, mf, tl.zeros([BK, NB], dtype=tl.float64), input_precision="ieee")
+                tl.store(ptr, v.to(tl.float32), mask=msk)
+
+    @triton.jit
+    def _panel_kernel(A, TAU, TW, G, M1, MF, OK, n, k0, nb, stride_b, rel, thr,
+                      NB: tl.constexpr, NBT: tl.constexpr, BK: tl.constexpr):
+        """A whole panel by one program per matrix: two Gram passes, both Choleskys, the
+        reconstruction and the lower rows, in one launch."""
         b = tl.program_id(0).to(tl.int64)
         base = A + b * stride_b
-        rows = tl.arange(0, BM)
-        cols = tl.arange(0, NB)
-        m = n - k0
-        mask = (rows < m)[:, None] & (cols < nb)[None, :]
-        ptrs = base + (k0 + rows)[:, None] * n + (k0 + cols)[None, :]
-        p = tl.load(ptrs, mask=mask, other=0.0)
-        taus = tl.zeros([NB], dtype=tl.float32)
-        t = tl.zeros([NB, NB], dtype=tl.float32)
-        tr = tl.arange(0, NB)
-        for j in range(0, nb):
-            sel = cols[None, :] == j
-            cj = tl.sum(tl.where(sel, p, 0.0), axis=1)
-            below = rows > j
-            xb = tl.where(below, cj, 0.0)
-            alpha, ssq, amax = tl.reduce((tl.where(rows == j, cj, 0.0), xb * xb, tl.abs(xb)), 0, _sum_sum_max)
-            live = amax > 0.0
-            # The reflector is computed from x / sc, so v, tau and beta / sc are O(1) whatever the
-            # column's scale (rounding-noise columns shrink toward denormals in rank-deficient
-            # matrices); sc = 1 when the plain sum of squares is safe.
-            if (ssq < 1e-20) | (ssq > 1e30) | (tl.abs(alpha) > 1e15):
-                sc = tl.where(live, tl.maximum(amax, tl.abs(alpha)), 1.0)
-                xs = xb / sc
-                an = alpha / sc
-                nrm = tl.sqrt(an * an + tl.sum(xs * xs, axis=0))
-            else:
-                sc = amax * 0.0 + 1.0
-                an = alpha
-                nrm = tl.sqrt(alpha * alpha + ssq)
-            bs = tl.where(an >= 0.0, -nrm, nrm)
-            dn = tl.where(live, an - bs, 1.0)
-            tau = tl.where(live, (bs - an) / tl.where(live, bs, 1.0), 0.0)
-            beta = bs * sc
-            v = tl.where(below, (cj / sc) / dn, tl.where(rows == j, 1.0, 0.0))
-            # w[c] = v' p[:, c]: the update of columns > j, and for c < j the column (V' v) of T
-            w = tl.sum(v[:, None] * p, axis=0)
-            newc = tl.where(below, v, tl.where(rows == j, tl.where(live, beta, alpha), cj))
-            # columns > j get the rank-1 update, column j its final values: one FMA and one select
-            # per element (w is zeroed for columns <= j on the short vector, not on the tile)
-            p = p - (tau * v)[:, None] * tl.where(cols > j, w, 0.0)[None, :]
-            p = tl.where(sel, newc[:, None], p)
-            taus = tl.where(cols == j, tau, taus)
-            if WRITE_T:
-                g = tl.where(cols < j, w, 0.0)
-                tg = tl.sum(t * g[None, :], axis=1)
-                tcol = tl.where(tr < j, -tau * tg, tl.where(tr == j, tau, 0.0))
-                t = tl.where(sel, tcol[:, None], t)
-        tl.store(ptrs, p, mask=mask)
-        tl.store(TAU + b * n + k0 + cols, taus, mask=cols < nb)
-        if WRITE_T:
-            tbase = TW + b * NBT * NBT
-            tl.store(tbase + tr[:, None] * NBT + cols[None, :], t)
-            if NB < NBT:  # zero the rest of the NBT x NBT block (stale from a wider panel otherwise)
-                big = tl.arange(0, NBT)
-                outside = (big[:, None] >= NB) | (big[None, :] >= NB)
-                tl.store(tbase + big[:, None] * NBT + big[None, :], tl.zeros([NBT, NBT], dtype=tl.float32),
-                         mask=outside)
+        rr = tl.arange(0, NB)
+        g = _gram(base, n, k0, nb, k0, n, 0.0, NB, BK, False)
+        tl.store(G + b * NB * NB + rr[:, None] * NB + rr[None, :], g)
+        tl.debug_barrier()
+        _first(G, M1, OK, b, nb, rel, NB)
+        tl.debug_barrier()
+        r1i = tl.load(M1 + b * 2 * NB * NB + rr[:, None] * NB + rr[None, :])
+        g = _gram(base, n, k0, nb, k0, n, r1i, NB, BK, True)
+        tl.store(G + b * NB * NB + rr[:, None] * NB + rr[None, :], g)
+        tl.debug_barrier()
+        _second(A, TAU, TW, G, M1, MF, OK, b, n, k0, nb, stride_b, rel, thr, NB, NBT)
+        tl.debug_barrier()
+        _lower(A, MF, OK, b, n, k0, nb, k0 + nb, n, stride_b, NB, BK)
 
     @triton.jit
-    def _trail_kernel(A, TW, n, k0, nb, cend, stride_b,
-                      NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """C = A[k0:, c0:c0+BN] (columns < cend) of one matrix: C -= V (T' (V' C)), V the panel's reflectors.
+    def _gram_kernel(A, G, M1, n, k0, nb, rb, stride_b, NB: tl.constexpr, BK: tl.constexpr, SECOND: tl.constexpr):
+        """Row-split Gram matrix: this program's rows k0 + pid1*rb .. +rb, added into G (float64 atomics)."""
+        b = tl.program_id(0).to(tl.int64)
+        rr = tl.arange(0, NB)
+        r_beg = k0 + tl.program_id(1) * rb
+        if SECOND:
+            m1 = tl.load(M1 + b * 2 * NB * NB + rr[:, None] * NB + rr[None, :])
+            g = _gram(A + b * stride_b, n, k0, nb, r_beg, tl.minimum(n, r_beg + rb), m1, NB, BK, True)
+        else:
+            g = _gram(A + b * stride_b, n, k0, nb, r_beg, tl.minimum(n, r_beg + rb), 0.0, NB, BK, False)
+        tl.atomic_add(G + b * NB * NB + rr[:, None] * NB + rr[None, :], g)
 
-        Grid (column blocks, matrices): one matrix's blocks are neighbours in launch order, so they
-        run together and read its V from L2 rather than HBM."""
+    @triton.jit
+    def _first_kernel(G, M1, OK, nb, rel, NB: tl.constexpr):
+        _first(G, M1, OK, tl.program_id(0).to(tl.int64), nb, rel, NB)
+
+    @triton.jit
+    def _second_kernel(A, TAU, TW, G, M1, MF, OK, n, k0, nb, stride_b, rel, thr, NB: tl.constexpr, NBT: tl.constexpr):
+        _second(A, TAU, TW, G, M1, MF, OK, tl.program_id(0).to(tl.int64), n, k0, nb, stride_b, rel, thr, NB, NBT)
+
+    @triton.jit
+    def _lower_kernel(A, MF, OK, n, k0, nb, rb, stride_b, NB: tl.constexpr, BK: tl.constexpr):
+        r_beg = k0 + nb + tl.program_id(1) * rb
+        _lower(A, MF, OK, tl.program_id(0).to(tl.int64), n, k0, nb, r_beg, tl.minimum(n, r_beg + rb), stride_b, NB, BK)
+
+    @triton.jit
+    def _householder_kernel(A, TAU, TW, OK, CNT, n, k0, nb, stride_b, NB: tl.constexpr, NBT: tl.constexpr,
+                            BK: tl.constexpr):
+        """The fallback: Householder QR of the panel of each rejected matrix, column by column (LAPACK
+        slarfg signs), its rows read from L1/L2 in chunks of BK; norms and w = v'P in float64, so
+        1e-30 and 1e30 entries need no rescaling. T is built as it goes (larft's recurrence)."""
+        b = tl.program_id(0).to(tl.int64)
+        if tl.load(OK + b) == 0:
+            tl.atomic_add(CNT, 1)
+            base = A + b * stride_b
+            cols = tl.arange(0, NB)
+            t = tl.zeros([NB, NB], dtype=tl.float32)
+            for j in range(0, nb):
+                c = k0 + j
+                ssq = tl.zeros([BK], dtype=tl.float64)
+                for r0 in range(c + 1, n, BK):
+                    rows = r0 + tl.arange(0, BK)
+                    x = tl.load(base + rows * n + c, mask=rows < n, other=0.0).to(tl.float64)
+                    ssq += x * x
+                ssq_s = tl.sum(ssq, axis=0)
+                alpha = tl.load(base + c * n + c).to(tl.float64)
+                live = ssq_s > 0.0
+                nrm = tl.sqrt(alpha * alpha + ssq_s)
+                beta = tl.where(alpha >= 0.0, -nrm, nrm)
+                tau = tl.where(live, (beta - alpha) / tl.where(live, beta, 1.0), 0.0)
+                rdn = tl.where(live, 1.0 / tl.where(live, alpha - beta, 1.0), 0.0)
+                # w = v'P over the panel's columns, v = (1, x / dn); v is written as it goes
+                w = tl.load(base + c * n + k0 + cols, mask=cols < nb, other=0.0).to(tl.float64)
+                for r0 in range(c + 1, n, BK):
+                    rows = r0 + tl.arange(0, BK)
+                    ptr = base + rows[:, None] * n + (k0 + cols)[None, :]
+                    msk = (rows < n)[:, None] & (cols < nb)[None, :]
+                    p = tl.load(ptr, mask=msk, other=0.0)
+                    v = tl.sum(tl.where(cols[None, :] == j, p, 0.0), axis=1).to(tl.float64) * rdn
+                    w += tl.sum(v[:, None] * p.to(tl.float64), axis=0)
+                    tl.store(base + rows * n + c, v.to(tl.float32), mask=rows < n)
+                tl.debug_barrier()
+                later = cols > j
+                tw = tl.where(later, tau * w, 0.0).to(tl.float32)
+                top = tl.load(base + c * n + k0 + cols, mask=cols < nb, other=0.0)
+                top = tl.where(later, top - tw, tl.where(cols == j, tl.where(live, beta, alpha).to(tl.float32), top))
+                tl.store(base + c * n + k0 + cols, top, mask=cols < nb)
+                for r0 in range(c + 1, n, BK):
+                    rows = r0 + tl.arange(0, BK)
+                    ptr = base + rows[:, None] * n + (k0 + cols)[None, :]
+                    msk = (rows < n)[:, None] & later[None, :] & (cols < nb)[None, :]
+                    p = tl.load(ptr, mask=msk, other=0.0)
+                    v = tl.load(base + rows * n + c, mask=rows < n, other=0.0)
+                    tl.store(ptr, p - v[:, None] * tw[None, :], mask=msk)
+                tl.debug_barrier()
+                g = tl.where(cols < j, w, 0.0).to(tl.float32)
+                tg = tl.sum(t * g[None, :], axis=1)
+                tf = tau.to(tl.float32)
+                t = tl.where(cols[None, :] == j, tl.where(cols < j, -tf * tg, tl.where(cols == j, tf, 0.0))[:, None], t)
+                tl.store(TAU + b * n + c, tf)
+            tl.store(TW + b * NBT * NBT + cols[:, None] * NBT + cols[None, :], t)
+
+
+# ----------------------------------------------------------------------------------- Triton: the update
+if triton is not None:
+    @triton.jit
+    def _mm(a, b, acc, PREC: tl.constexpr):
+        """acc + a @ b. "bf16x3" splits each operand x = hi + lo (bfloat16 parts) and sums three
+        tensor-core products in fp32 (~2^-17 relative; lo*lo dropped); "bf16x3-fp32" is the same
+        split with fp32 products (the interpreter's bfloat16 dot is wrong); else Triton's own."""
+        if PREC == "bf16x3" or PREC == "bf16x3-fp32":
+            ah = a.to(tl.bfloat16).to(tl.float32)
+            al = (a - ah).to(tl.bfloat16).to(tl.float32)
+            bh = b.to(tl.bfloat16).to(tl.float32)
+            bl = (b - bh).to(tl.bfloat16).to(tl.float32)
+            if PREC == "bf16x3":
+                acc = tl.dot(al.to(tl.bfloat16), bh.to(tl.bfloat16), acc)
+                acc = tl.dot(ah.to(tl.bfloat16), bl.to(tl.bfloat16), acc)
+                return tl.dot(ah.to(tl.bfloat16), bh.to(tl.bfloat16), acc)
+            else:
+                acc = tl.dot(al, bh, acc, input_precision="ieee")
+                acc = tl.dot(ah, bl, acc, input_precision="ieee")
+                return tl.dot(ah, bh, acc, input_precision="ieee")
+        else:
+            return tl.dot(a, b, acc, input_precision=PREC)
+
+    @triton.jit
+    def _load_v(base, rows, rlim, n, pc, kk, nb):
+        """Rows `rows` (< rlim) of the reflectors in columns pc (kk < nb): unit diagonal, zero above."""
+        lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
+        v = tl.load(base + rows[:, None] * n + pc[None, :], mask=(rows < rlim)[:, None] & lower, other=0.0)
+        return tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
+
+    @triton.jit
+    def _vtc(base, n, k0, nb, cols, r_beg, r_end, NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+             PREC: tl.constexpr, REV: tl.constexpr):
+        """V'C over rows r_beg..r_end (REV: bottom-up, so the top-down update pass after it finds
+        the rows read last still in L2)."""
+        kk = tl.arange(0, NBT)
+        w = tl.zeros([NBT, BN], dtype=tl.float32)
+        nch = tl.cdiv(r_end - r_beg, BK)
+        for i in range(0, nch):
+            if REV:
+                r0 = r_beg + (nch - 1 - i) * BK
+            else:
+                r0 = r_beg + i * BK
+            rows = r0 + tl.arange(0, BK)
+            v = _load_v(base, rows, r_end, n, k0 + kk, kk, nb)
+            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=(rows < r_end)[:, None] & (cols < n)[None, :],
+                        other=0.0)
+            w = _mm(tl.trans(v), c, w, PREC)
+        return w
+
+    @triton.jit
+    def _sub_vw(base, n, k0, nb, cols, r_beg, r_end, w, NBT: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """C -= V w over rows r_beg..r_end."""
+        kk = tl.arange(0, NBT)
+        for r0 in range(r_beg, r_end, BK):
+            rows = r0 + tl.arange(0, BK)
+            v = _load_v(base, rows, r_end, n, k0 + kk, kk, nb)
+            cp = base + rows[:, None] * n + cols[None, :]
+            cm = (rows < r_end)[:, None] & (cols < n)[None, :]
+            tl.store(cp, tl.load(cp, mask=cm, other=0.0) - _mm(v, w, None, PREC), mask=cm)
+
+    @triton.jit
+    def _trail_kernel(A, TW, n, k0, nb, stride_b, NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                      PREC: tl.constexpr, REV: tl.constexpr):
+        """C -= V (T' (V' C)) for column block program_id(0) of matrix program_id(1), all rows."""
         b = tl.program_id(1).to(tl.int64)
         base = A + b * stride_b
-        c0 = k0 + nb + tl.program_id(0) * BN
-        cols = c0 + tl.arange(0, BN)
+        cols = k0 + nb + tl.program_id(0) * BN + tl.arange(0, BN)
         kk = tl.arange(0, NBT)
-        pc = k0 + kk
-        w = tl.zeros([NBT, BN], dtype=tl.float32)
-        for r0 in range(k0, n, BK):
-            rows = r0 + tl.arange(0, BK)
-            rm = rows < n
-            lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
-            v = tl.load(base + rows[:, None] * n + pc[None, :], mask=rm[:, None] & lower, other=0.0)
-            v = tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
-            c = tl.load(base + rows[:, None] * n + cols[None, :], mask=rm[:, None] & (cols < cend)[None, :], other=0.0)
-            w = tl.dot(tl.trans(v), c, w, input_precision=PREC)
+        w = _vtc(base, n, k0, nb, cols, k0, n, NBT, BN, BK, PREC, REV)
         tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
-        w = tl.dot(tl.trans(tt), w, input_precision="ieee")
-        for r0 in range(k0, n, BK):
-            rows = r0 + tl.arange(0, BK)
-            rm = rows < n
-            lower = (rows[:, None] > pc[None, :]) & (kk < nb)[None, :]
-            v = tl.load(base + rows[:, None] * n + pc[None, :], mask=rm[:, None] & lower, other=0.0)
-            v = tl.where((rows[:, None] == pc[None, :]) & (kk < nb)[None, :], 1.0, v)
-            cp = base + rows[:, None] * n + cols[None, :]
-            cm = rm[:, None] & (cols < cend)[None, :]
-            c = tl.load(cp, mask=cm, other=0.0)
-            c = c - tl.dot(v, w, input_precision=PREC)
-            tl.store(cp, c, mask=cm)
+        _sub_vw(base, n, k0, nb, cols, k0, n, tl.dot(tl.trans(tt), w, input_precision="ieee"), NBT, BK, PREC)
+
+    @triton.jit
+    def _vtc_kernel(A, WB, n, k0, nb, rb, stride_b, stride_wb, NBT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                    PREC: tl.constexpr):
+        """Row-split W = V'C: this program's rows k0 + pid2*rb .. +rb, added into WB with atomics."""
+        b = tl.program_id(0).to(tl.int64)
+        c = tl.program_id(1) * BN + tl.arange(0, BN)
+        kk = tl.arange(0, NBT)
+        r_beg = k0 + tl.program_id(2) * rb
+        w = _vtc(A + b * stride_b, n, k0, nb, k0 + nb + c, r_beg, tl.minimum(n, r_beg + rb), NBT, BN, BK, PREC, False)
+        tl.atomic_add(WB + b * stride_wb + kk[:, None] * n + c[None, :], w, mask=(k0 + nb + c < n)[None, :])
+
+    @triton.jit
+    def _upd_kernel(A, WB, TW, n, k0, nb, rb, stride_b, stride_wb, NBT: tl.constexpr, BN: tl.constexpr,
+                    BK: tl.constexpr, PREC: tl.constexpr):
+        """Row-split C -= V (T' W) for this program's rows, W = V'C summed by _vtc_kernel."""
+        b = tl.program_id(0).to(tl.int64)
+        c = tl.program_id(1) * BN + tl.arange(0, BN)
+        kk = tl.arange(0, NBT)
+        w = tl.load(WB + b * stride_wb + kk[:, None] * n + c[None, :], mask=(k0 + nb + c < n)[None, :], other=0.0)
+        tt = tl.load(TW + b * NBT * NBT + kk[:, None] * NBT + kk[None, :])
+        r_beg = k0 + tl.program_id(2) * rb
+        _sub_vw(A + b * stride_b, n, k0, nb, k0 + nb + c, r_beg, tl.minimum(n, r_beg + rb),
+                tl.dot(tl.trans(tt), w, input_precision="ieee"), NBT, BK, PREC)
+
+
+def _prec(cfg, n):
+    """The update dots' precision: bf16x3 only where n >= bf16_min_n (the checker's 20 n eps32
+    leaves too little room below), emulated in fp32 under the interpreter."""
+    if cfg["prec"] != "bf16x3":
+        return cfg["prec"]
+    if n < cfg["bf16_min_n"]:
+        return "ieee"
+    return "bf16x3-fp32" if os.environ.get("TRITON_INTERPRET") == "1" else "bf16x3"
 
 
 def _pow2(x):
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def _warps(elems, per_warp):
-    """Warps for a register tile of `elems` floats: one per `per_warp` elements, 1 to 16, a power of two.
+class _Work:
+    """The scratch of one shape: float64 Gram sums (kept zero between uses), R1^-1 and R1, MF, the
+    accept flags, T (float32), W of row-split updates, and the fallback counter."""
 
-    Fewer warps make the per-column block reductions cheaper (one warp needs no barrier); more
-    warps spread the elementwise work and keep registers per thread low."""
-    w = max(1, min(16, elems // per_warp))
-    return 1 << (w.bit_length() - 1)
+    def __init__(self, a, cfg):
+        b, n, _ = a.shape
+        NB = max(16, _pow2(min(int(cfg["nb"]), n)))
+        d = a.device
+        self.NB = NB
+        self.g = torch.zeros(b, NB, NB, dtype=torch.float64, device=d)
+        self.m1 = torch.zeros(b, 2, NB, NB, dtype=torch.float64, device=d)
+        self.mf = torch.zeros(b, NB, NB, dtype=torch.float64, device=d)
+        self.ok = torch.zeros(b, dtype=torch.int32, device=d)
+        self.tw = torch.zeros(b, NB, NB, dtype=torch.float32, device=d)
+        self.wb = torch.zeros(b, NB, n, dtype=torch.float32, device=d) if b < cfg["split_min"] else None
+        self.cnt = torch.zeros(1, dtype=torch.int32, device=d)
 
 
-def _factor_triton(a, tau, cfg, tw):
+def _row_split(cfg, b, m):
+    """Rows per program of a panel's row-split kernels, or 0 for one program per matrix."""
+    if b >= cfg["split_min"] or m <= cfg["rows"]:
+        return 0
+    return cfg["rows"]
+
+
+def _update_rows(cfg, programs, rows):
+    """Rows per program of a row-split trailing update, where programs are too few (split_min), else 0."""
+    if programs >= cfg["split_min"] or rows <= cfg["bk"]:
+        return 0
+    nrb = min(triton.cdiv(rows, cfg["bk"]), triton.cdiv(cfg["split_min"], programs))
+    return triton.cdiv(triton.cdiv(rows, nrb), cfg["bk"]) * cfg["bk"]
+
+
+def _panel(a, tau, k0, nb, cfg, ws):
     b, n, _ = a.shape
-    if n <= cfg["hh_small_max"]:
-        np2 = max(16, _pow2(n))
-        _panel_kernel[(b,)](a, tau, tau, n, 0, n, n * n, BM=np2, NB=np2, NBT=16, WRITE_T=False,
-                            num_warps=_warps(np2 * np2, cfg["hh_panel_epw"]))
+    m = n - k0
+    NB, bk, cw = ws.NB, int(cfg["bk"]), int(cfg["chol_warps"])
+    rel, thr = float(cfg["rel"]), float(cfg["thr"])
+    rb = _row_split(cfg, b, m)
+    if not rb:
+        _panel_kernel[(b,)](a, tau, ws.tw, ws.g, ws.m1, ws.mf, ws.ok, n, k0, nb, n * n, rel, thr,
+                            NB=NB, NBT=NB, BK=bk, num_warps=cw)
+    else:
+        grid = (b, triton.cdiv(m, rb))
+        _gram_kernel[grid](a, ws.g, ws.m1, n, k0, nb, rb, n * n, NB=NB, BK=bk, SECOND=False, num_warps=cw)
+        _first_kernel[(b,)](ws.g, ws.m1, ws.ok, nb, rel, NB=NB, num_warps=cw)
+        _gram_kernel[grid](a, ws.g, ws.m1, n, k0, nb, rb, n * n, NB=NB, BK=bk, SECOND=True, num_warps=cw)
+        _second_kernel[(b,)](a, tau, ws.tw, ws.g, ws.m1, ws.mf, ws.ok, n, k0, nb, n * n, rel, thr,
+                             NB=NB, NBT=NB, num_warps=cw)
+        if m > nb:
+            _lower_kernel[(b, triton.cdiv(m - nb, rb))](a, ws.mf, ws.ok, n, k0, nb, rb, n * n, NB=NB, BK=bk,
+                                                         num_warps=cw)
+    _householder_kernel[(b,)](a, tau, ws.tw, ws.ok, ws.cnt, n, k0, nb, n * n, NB=NB, NBT=NB, BK=bk, num_warps=cw)
+
+
+def _update(a, k0, nb, cfg, ws):
+    b, n, _ = a.shape
+    NB, c0 = ws.NB, k0 + nb
+    bn = int(cfg["bn"])
+    ncb = triton.cdiv(n - c0, bn)
+    prec = _prec(cfg, n)
+    rb = _update_rows(cfg, b * ncb, n - k0) if ws.wb is not None else 0
+    if not rb:
+        _trail_kernel[(ncb, b)](a, ws.tw, n, k0, nb, n * n, NBT=NB, BN=bn, BK=cfg["bk"], PREC=prec,
+                                REV=cfg["rev_rows"], num_warps=cfg["trail_warps"])
         return
-    nbt = tw.shape[-1]
-    k0 = 0
-    while k0 < n:
-        m = n - k0
-        bm = max(16, _pow2(m))
-        nbp = max(1, min(int(cfg["hh_nb"]), cfg["hh_tile_max"] // bm))
-        nbp = 1 << (nbp.bit_length() - 1)          # power of two for tl.arange
-        nb = min(nbp, m)
-        _panel_kernel[(b,)](a, tau, tw, n, k0, nb, n * n, BM=bm, NB=nbp, NBT=nbt, WRITE_T=True,
-                            num_warps=_warps(bm * nbp, cfg["hh_panel_epw"]))
+    grid = (b, ncb, triton.cdiv(n - k0, rb))
+    ws.wb[:, :, :n - c0].zero_()
+    _vtc_kernel[grid](a, ws.wb, n, k0, nb, rb, n * n, ws.wb.stride(0), NBT=NB, BN=bn, BK=cfg["bk"], PREC=prec,
+                      num_warps=cfg["trail_warps"])
+    _upd_kernel[grid](a, ws.wb, ws.tw, n, k0, nb, rb, n * n, ws.wb.stride(0), NBT=NB, BN=bn, BK=cfg["bk"],
+                      PREC=prec, num_warps=cfg["trail_warps"])
+
+
+def _factor_triton(a, tau, cfg, ws):
+    n = a.shape[-1]
+    for k0 in range(0, n, ws.NB):
+        nb = min(ws.NB, n - k0)
+        _panel(a, tau, k0, nb, cfg, ws)
         if k0 + nb < n:
-            grid = (triton.cdiv(n - k0 - nb, 64), b)
-            _trail_kernel[grid](a, tw, n, k0, nb, n, n * n, NBT=nbt, BN=64, BK=32,
-                                PREC=cfg["hh_prec"], num_warps=4)
-        k0 += nb
+            _update(a, k0, nb, cfg, ws)
 
 
 # ----------------------------------------------------------------------------------- PyTorch
-def _panel_torch(a, tau, k0, w):
+def _householder_torch(a, tau, k0, w):
     """Householder QR of a[:, k0:, k0:k0+w] in place, column by column (LAPACK slarfg signs)."""
     for j in range(k0, k0 + w):
         x = a[:, j:, j]
@@ -204,13 +506,61 @@ def _panel_torch(a, tau, k0, w):
         x[:, 0] = beta
 
 
-def _factor_torch(a, tau, nb):
+def _pivots_ok(r, g, cfg):
+    """Every pivot R_kk^2 of g = R'R above rel x g's largest diagonal entry (as the kernel decides)."""
+    piv = torch.diagonal(r, dim1=1, dim2=2) ** 2
+    return (piv > cfg["rel"] * torch.diagonal(g, dim1=1, dim2=2).amax(dim=1, keepdim=True)).all(dim=1)
+
+
+def _cholqr2_torch(p, cfg):
+    """CholeskyQR2 + reconstruction of panels p (B, m, w), float64: (new panel, tau, ok)."""
+    w = p.shape[-1]
+    x = p.double()
+    eye = torch.eye(w, dtype=torch.float64, device=p.device)
+    g1 = x.mT @ x
+    l1, info1 = torch.linalg.cholesky_ex(g1)
+    r1 = l1.mT
+    q1 = torch.linalg.solve_triangular(r1, x, upper=True, left=False)
+    g2 = q1.mT @ q1
+    err = (g2 - eye).abs().amax(dim=(1, 2))
+    l2, info2 = torch.linalg.cholesky_ex(g2)
+    r2 = l2.mT
+    q = torch.linalg.solve_triangular(r2, q1, upper=True, left=False)
+    lu = q[:, :w].clone()
+    s = torch.empty(p.shape[0], w, dtype=torch.float64, device=p.device)
+    for j in range(w):  # q_top - S = L U, S_j = -sign(pivot j)
+        s[:, j] = torch.where(lu[:, j, j] >= 0, -1.0, 1.0)
+        lu[:, j, j] -= s[:, j]
+        lu[:, j + 1:, j] /= lu[:, j, j].unsqueeze(1)
+        lu[:, j + 1:, j + 1:] -= lu[:, j + 1:, j:j + 1] * lu[:, j:j + 1, j + 1:]
+    u = torch.triu(lu)
+    low = torch.linalg.solve_triangular(u, q[:, w:], upper=True, left=False)
+    top = torch.tril(lu, -1) + torch.triu(s.unsqueeze(2) * (r2 @ r1))
+    out = torch.cat([top, low], dim=1)
+    tau = -s * torch.diagonal(u, dim1=1, dim2=2)
+    ok = (info1 == 0) & (info2 == 0) & (err <= cfg["thr"]) & _pivots_ok(r1, g1, cfg) & _pivots_ok(r2, g2, cfg)
+    ok &= torch.isfinite(out).all(dim=2).all(dim=1) & torch.isfinite(tau).all(dim=1)
+    return out.float(), tau.float(), ok
+
+
+def _factor_torch(a, tau, cfg):
     n = a.shape[-1]
+    nb = max(1, min(int(cfg["nb"]), n))
     for k0 in range(0, n, nb):
         w = min(nb, n - k0)
-        _panel_torch(a, tau, k0, w)
+        p = a[:, k0:, k0:k0 + w]
+        out, t, ok = _cholqr2_torch(p, cfg)
+        p[ok] = out[ok]
+        tau[ok, k0:k0 + w] = t[ok]
+        bad = (~ok).nonzero().flatten()
+        STATS["panels"] += a.shape[0]
+        STATS["fallback"] += bad.numel()
+        if bad.numel():
+            sub, tsub = a[bad], tau[bad]
+            _householder_torch(sub, tsub, k0, w)
+            a[bad], tau[bad] = sub, tsub
         if k0 + w < n:
-            v = torch.tril(a[:, k0:, k0:k0 + w], -1)
+            v = torch.tril(p, -1)
             v.diagonal(dim1=1, dim2=2).fill_(1.0)
             g = torch.bmm(v.transpose(1, 2), v)
             t = torch.zeros(a.shape[0], w, w, dtype=a.dtype, device=a.device)
@@ -222,120 +572,40 @@ def _factor_torch(a, tau, nb):
             c.baddbmm_(v, torch.bmm(t.transpose(1, 2), torch.bmm(v.transpose(1, 2), c)), alpha=-1.0)
 
 
-# ----------------------------------------------------------------------------------- CholeskyQR2 + LU
-def _block_view(x, s, r, c):
-    """(B, q, s, s) view of the s x s blocks at (p*2s + r, p*2s + c) of a contiguous (B, w, w)."""
-    b, w, _ = x.shape
-    q = w // (2 * s)
-    return x.as_strided((b, q, s, s), (w * w, 2 * s * w + 2 * s, w, 1), x.storage_offset() + r * w + c)
-
-
-def _unit_lower_inverse(l):
-    """Inverse of the unit lower triangle of l (B, w, w) by recursive doubling: X21 = -X2 L21 X1."""
-    b, w, _ = l.shape
-    wp = 1 << (w - 1).bit_length()
-    lo = torch.zeros(b, wp, wp, dtype=l.dtype, device=l.device)
-    lo[:, :w, :w] = torch.tril(l, -1)
-    x = torch.eye(wp, dtype=l.dtype, device=l.device).expand(b, wp, wp).contiguous()
-    s = 1
-    while s < wp:
-        x21 = torch.matmul(torch.matmul(_block_view(x, s, s, s), _block_view(lo, s, s, 0)), _block_view(x, s, 0, 0))
-        _block_view(x, s, s, 0).copy_(x21.neg_())
-        s *= 2
-    return x[:, :w, :w]
-
-
-def _lu_signs(q, sgn, nb):
-    """In place: q - diag(S) = L U, unpivoted, S_j = -sign(current pivot) (LAPACK dlaorhr_col_getrfnp)."""
-    n = q.shape[-1]
-    for k0 in range(0, n, nb):
-        w = min(nb, n - k0)
-        for j in range(k0, k0 + w):
-            d = q[:, j, j]
-            sj = torch.where(d >= 0, -1.0, 1.0).to(q.dtype)
-            sgn[:, j] = sj
-            q[:, j, j] = d - sj
-            q[:, j + 1:, j] /= q[:, j, j].unsqueeze(1)
-            if j + 1 < k0 + w:
-                q[:, j + 1:, j + 1:k0 + w].baddbmm_(q[:, j + 1:, j:j + 1], q[:, j:j + 1, j + 1:k0 + w], alpha=-1.0)
-        if k0 + w < n:
-            u12 = torch.bmm(_unit_lower_inverse(q[:, k0:k0 + w, k0:k0 + w]), q[:, k0:k0 + w, k0 + w:])
-            q[:, k0:k0 + w, k0 + w:] = u12
-            q[:, k0 + w:, k0 + w:].baddbmm_(q[:, k0 + w:, k0:k0 + w], u12, alpha=-1.0)
-
-
-class _LU:
-    """The sign-LU of one shape, captured as a graph on a fixed float64 buffer (or run eagerly)."""
-
-    def __init__(self, b, n, device, nb, graph):
-        self.q = torch.zeros(b, n, n, dtype=torch.float64, device=device)
-        self.sgn = torch.zeros(b, n, dtype=torch.float64, device=device)
-        self.nb = nb
-        self.graph = None
-        if graph and device.type == "cuda":
-            self.q.copy_(torch.eye(n, dtype=torch.float64, device=device))
-            _lu_signs(self.q, self.sgn, nb)  # warm-up before capture
-            torch.cuda.synchronize()
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                _lu_signs(self.q, self.sgn, nb)
-
-    def run(self):
-        if self.graph is not None:
-            self.graph.replay()
-        else:
-            _lu_signs(self.q, self.sgn, self.nb)
-
-
-_LUS = {}
-STATS = {"matrices": 0, "fallback": 0}  # read by scripts/qr_families.py; never by the timing
-
-
-def _cholqr2(a, cfg):
-    """(H, tau, ok) for every matrix of a: CholeskyQR2 + reconstruction; ok says which to trust."""
-    b, n, _ = a.shape
-    key = (a.device, b, n, int(cfg["nb_lu"]), bool(cfg["graph"]))
-    if key not in _LUS:
-        _LUS[key] = _LU(b, n, a.device, int(cfg["nb_lu"]), bool(cfg["graph"]))
-    lu = _LUS[key]
-    a64 = a.double()
-    l1, info1 = torch.linalg.cholesky_ex(a64.transpose(1, 2) @ a64)
-    r1 = l1.transpose(1, 2)
-    q1 = torch.linalg.solve_triangular(r1, a64, upper=True, left=False)
-    g2 = q1.transpose(1, 2) @ q1
-    eye = torch.eye(n, dtype=torch.float64, device=a.device)
-    err = torch.linalg.matrix_norm(g2 - eye)
-    l2, info2 = torch.linalg.cholesky_ex(g2)
-    r2 = l2.transpose(1, 2)
-    torch.linalg.solve_triangular(r2, q1, upper=True, left=False, out=lu.q)
-    del q1, g2, a64
-    r = torch.triu(r2 @ r1)
-    lu.run()
-    sgn = lu.sgn
-    h = (torch.tril(lu.q, -1) + sgn.unsqueeze(2) * r).float()
-    tau = (-sgn * lu.q.diagonal(dim1=1, dim2=2)).float()
-    ok = (info1 == 0) & (info2 == 0) & (err <= cfg["thr"])
-    ok &= torch.isfinite(h).all(dim=2).all(dim=1) & torch.isfinite(tau).all(dim=1)
-    return h, tau, ok
-
-
+# ----------------------------------------------------------------------------------- entry
 def _use_triton(a):
     if triton is None:
         return False
     return a.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _householder(a, cfg):
-    """Householder QR of a (B, n, n) contiguous float32, in place: (H, tau)."""
-    b, n, _ = a.shape
-    tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
-    if _use_triton(a):
-        nbt = max(16, int(cfg["hh_nb"]))
-        tw = torch.zeros(b, nbt, nbt, dtype=a.dtype, device=a.device)
-        _factor_triton(a, tau, cfg, tw)
-    else:
-        _factor_torch(a, tau, max(1, min(int(cfg["hh_nb"]), n)))
-    return a, tau
+class _Replay:
+    """A captured factorization for one shape: copy in, replay, copy the outputs out."""
+
+    def __init__(self, a, cfg):
+        b, n, _ = a.shape
+        self.inp = a.clone()
+        self.tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
+        self.ws = _Work(a, cfg)
+        _factor_triton(self.inp, self.tau, cfg, self.ws)  # compiles every kernel before capture
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            _factor_triton(self.inp, self.tau, cfg, self.ws)
+
+    def __call__(self, a):
+        self.inp.copy_(a)
+        self.graph.replay()
+        return self.inp.clone(), self.tau.clone()
+
+
+_REPLAYS, _WORK = {}, {}
+
+
+def fallbacks(device):
+    """Matrix panels the Householder fallback has refactored on `device` so far (syncs; for scripts)."""
+    return sum(int(ws.cnt.item()) for key, ws in _WORK.items() if key[0] == device) + \
+        sum(int(r.ws.cnt.item()) for key, r in _REPLAYS.items() if key[0] == device)
 
 
 def custom_kernel(data):
@@ -345,12 +615,17 @@ def custom_kernel(data):
     b, n, _ = a.shape
     if b == 0 or n == 0:
         return a, torch.zeros(b, n, dtype=a.dtype, device=a.device)
-    h, tau, ok = _cholqr2(a, cfg)
-    bad = (~ok).nonzero().flatten()  # the one host sync: which matrices need the Householder path
-    STATS["matrices"] += b
-    STATS["fallback"] += bad.numel()
-    if bad.numel():
-        hb, tb = _householder(a[bad].contiguous(), cfg)
-        h[bad] = hb
-        tau[bad] = tb
-    return h, tau
+    tau = torch.empty(b, n, dtype=a.dtype, device=a.device)
+    if not _use_triton(a):
+        _factor_torch(a, tau, cfg)
+        return a, tau
+    if a.is_cuda and b * n * n <= cfg["graph_max_elems"]:
+        key = (a.device, b, n)
+        if key not in _REPLAYS:
+            _REPLAYS[key] = _Replay(a, cfg)
+        return _REPLAYS[key](a)
+    key = (a.device, b, n)
+    if key not in _WORK:
+        _WORK[key] = _Work(a, cfg)
+    _factor_triton(a, tau, cfg, _WORK[key])
+    return a, tau
