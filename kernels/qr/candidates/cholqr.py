@@ -45,6 +45,11 @@ STATS = {"panels": 0, "fallback": 0}  # matrix panels factored, and refactored b
 # ----------------------------------------------------------------------------------- Triton: the panel
 if triton is not None:
     @triton.jit
+    def _dot64(a, b, acc):
+        """acc + a @ b in float64 (out_dtype must be given: Triton 3.6 defaults it to float32)."""
+        return tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)
+
+    @triton.jit
     def _gram(base, n, k0, nb, r_beg, r_end, m1, NB: tl.constexpr, BK: tl.constexpr, SECOND: tl.constexpr):
         """X'X in float64 over rows r_beg..r_end of the panel's columns k0..k0+nb; X = P, or P m1 (SECOND)."""
         kk = tl.arange(0, NB)
@@ -54,8 +59,8 @@ if triton is not None:
             x = tl.load(base + rows[:, None] * n + (k0 + kk)[None, :],
                         mask=(rows < r_end)[:, None] & (kk < nb)[None, :], other=0.0).to(tl.float64)
             if SECOND:
-                x = tl.dot(x, m1, tl.zeros([BK, NB], dtype=tl.float64), input_precision="ieee")
-            g = tl.dot(tl.trans(x), x, g, input_precision="ieee")
+                x = _dot64(x, m1, tl.zeros([BK, NB], dtype=tl.float64))
+            g = _dot64(tl.trans(x), x, g)
         return g
 
     @triton.jit
@@ -144,17 +149,17 @@ if triton is not None:
         r1i = tl.load(mp)
         r1 = tl.load(mp + NB * NB)
         z = tl.zeros([NB, NB], dtype=tl.float64)
-        minv = tl.dot(r1i, r2i, z, input_precision="ieee")
+        minv = _dot64(r1i, r2i, z)
         base = A + b * stride_b
         tp = base + (k0 + rr)[:, None] * n + (k0 + rr)[None, :]
         ptop = tl.load(tp, mask=inside, other=0.0).to(tl.float64)
-        lmat, umat, s, ainv = _lu_signs(tl.dot(ptop, minv, z, input_precision="ieee"), nb, NB)
-        uinv = tl.dot(ainv, lmat, z, input_precision="ieee")
-        mf = tl.dot(minv, uinv, z, input_precision="ieee")
-        linvt = tl.trans(tl.dot(umat, ainv, z, input_precision="ieee"))      # L1^-T
-        t = -tl.dot(umat * s[None, :], linvt, z, input_precision="ieee")
+        lmat, umat, s, ainv = _lu_signs(_dot64(ptop, minv, z), nb, NB)
+        uinv = _dot64(ainv, lmat, z)
+        mf = _dot64(minv, uinv, z)
+        linvt = tl.trans(_dot64(umat, ainv, z))      # L1^-T
+        t = -_dot64(umat * s[None, :], linvt, z)
         t = tl.where(rr[:, None] <= rr[None, :], t, 0.0)
-        rhh = s[:, None] * tl.dot(r2, r1, z, input_precision="ieee")
+        rhh = s[:, None] * _dot64(r2, r1, z)
         top = tl.where(rr[:, None] > rr[None, :], lmat, rhh)
         ok = (tl.load(OK + b) != 0) & ok2 & (err <= thr)
         fin = tl.abs(top) + tl.abs(t) + tl.abs(mf)
@@ -178,7 +183,7 @@ if triton is not None:
                 ptr = base + rows[:, None] * n + (k0 + rr)[None, :]
                 msk = (rows < r_end)[:, None] & (rr < nb)[None, :]
                 x = tl.load(ptr, mask=msk, other=0.0).to(tl.float64)
-                v = tl.dot(x, mf, tl.zeros([BK, NB], dtype=tl.float64), input_precision="ieee")
+                v = _dot64(x, mf, tl.zeros([BK, NB], dtype=tl.float64))
                 tl.store(ptr, v.to(tl.float32), mask=msk)
 
     @triton.jit
