@@ -81,11 +81,11 @@ if triton is not None:
             piv = tl.sum(tl.where(rr == k, rowk, 0.0), axis=0)
             good = piv > floor
             ok = ok & good
-            r = tl.sqrt(tl.where(good, piv, 1.0))
-            rs = tl.where(rr >= k, rowk / r, 0.0)             # row k of R
+            ri = 1.0 / tl.sqrt(tl.where(good, piv, 1.0))
+            rs = tl.where(rr >= k, rowk * ri, 0.0)            # row k of R
             below = tl.where(rr > k, rs, 0.0)                # column k of the rest: the multipliers x r
             g = tl.where(isk, rs[None, :], g - below[:, None] * rs[None, :])
-            e = tl.where(isk, (erow / r)[None, :], e - (below / r)[:, None] * erow[None, :])
+            e = tl.where(isk, (erow * ri)[None, :], e - (below * ri)[:, None] * erow[None, :])
         return tl.where(rr[:, None] <= rr[None, :], g, 0.0), tl.trans(e), ok
 
     @triton.jit
@@ -110,7 +110,7 @@ if triton is not None:
             sk = tl.where(d >= 0.0, -1.0, 1.0)
             p = d - sk
             rowk = tl.where(rr == k, p, rowk)
-            coef = tl.where(rr != k, colk / p, 0.0)
+            coef = tl.where(rr != k, colk * (1.0 / p), 0.0)
             x = tl.where(isk, rowk[None, :], x - coef[:, None] * rowk[None, :])
             e = tl.where(isk, erow[None, :], e - coef[:, None] * erow[None, :])
             umat = tl.where(isk, tl.where(rr >= k, rowk, 0.0)[None, :], umat)
@@ -126,6 +126,7 @@ if triton is not None:
         gp = G + b * NB * NB + rr[:, None] * NB + rr[None, :]
         inside = (rr < nb)[:, None] & (rr < nb)[None, :]
         g = tl.where(inside, tl.load(gp), tl.where(rr[:, None] == rr[None, :], 1.0, 0.0).to(tl.float64))
+        tl.debug_barrier()  # every thread's load of G before any thread zeroes it (layouts differ)
         tl.store(gp, tl.zeros([NB, NB], dtype=tl.float64))
         r1, r1i, ok = _chol_inv(g, nb, rel, NB)
         tl.store(M1 + b * 2 * NB * NB + rr[:, None] * NB + rr[None, :], r1i)
@@ -142,6 +143,7 @@ if triton is not None:
         inside = (rr < nb)[:, None] & (rr < nb)[None, :]
         gp = G + b * NB * NB + rr[:, None] * NB + rr[None, :]
         g2 = tl.where(inside, tl.load(gp), tl.where(eye, 1.0, 0.0).to(tl.float64))
+        tl.debug_barrier()  # as in _first
         tl.store(gp, tl.zeros([NB, NB], dtype=tl.float64))
         err = tl.max(tl.max(tl.abs(g2 - tl.where(eye, 1.0, 0.0)), axis=1), axis=0)
         r2, r2i, ok2 = _chol_inv(g2, nb, rel, NB)
