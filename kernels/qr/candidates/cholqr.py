@@ -32,11 +32,13 @@ try:
 except ImportError:  # a CPU-only machine without Triton still gets the PyTorch path
     triton = None
 
-CONFIG = {"nb": 32, "rows": 512, "split_min": 264, "thr": 0.1, "rel": 1e-13, "bk": 32, "chol_warps": 4,
+CONFIG = {"nb": 32, "rows": 512, "split_min": 264, "thr": 1e-5, "rel": 1e-13, "bk": 32, "chol_warps": 4,
+          "chol_warps_many": 2,
           "bn": 64, "trail_warps": 4, "prec": "bf16x3", "bf16_min_n": 256, "rev_rows": True,
           "graph_max_elems": 33554432}
 SPACE = {"nb": [16, 32, 64], "rows": [128, 256, 512, 1024], "split_min": [0, 132, 264, 528],
-         "thr": [0.01, 0.1, 0.5], "rel": [1e-14, 1e-13, 1e-12], "bk": [16, 32, 64], "chol_warps": [1, 2, 4, 8],
+         "thr": [1e-7, 1e-6, 1e-5], "rel": [1e-14, 1e-13, 1e-12], "bk": [16, 32, 64], "chol_warps": [1, 2, 4, 8],
+         "chol_warps_many": [1, 2, 4],
          "bn": [32, 64, 128], "trail_warps": [4, 8], "prec": ["tf32x3", "bf16x3", "ieee"],
          "bf16_min_n": [128, 256, 512], "rev_rows": [False, True], "graph_max_elems": [0, 8388608, 33554432]}
 STATS = {"panels": 0, "fallback": 0}  # matrix panels factored, and refactored by Householder (read by scripts)
@@ -87,6 +89,23 @@ if triton is not None:
             g = tl.where(isk, rs[None, :], g - below[:, None] * rs[None, :])
             e = tl.where(isk, (erow * ri)[None, :], e - (below * ri)[:, None] * erow[None, :])
         return tl.where(rr[:, None] <= rr[None, :], g, 0.0), tl.trans(e), ok
+
+    @triton.jit
+    def _near_identity_chol(e, z, NB: tl.constexpr):
+        """(R, R^-1) with R'R = I + e, R upper with a positive diagonal, for max|e| <= thr (1e-5):
+        R = I + U, U = Phi(e - U'U) (Phi: the upper triangle, the diagonal halved) from U = Phi(e),
+        twice, each time multiplying the error by ~2||U|| <= 2 nb thr; R^-1 = I - U + U^2 - U^3 + U^4.
+        Five small products in place of a second Cholesky's nb-step loop."""
+        rr = tl.arange(0, NB)
+        eye = tl.where(rr[:, None] == rr[None, :], 1.0, 0.0).to(tl.float64)
+        phi = tl.where(rr[:, None] < rr[None, :], 1.0, eye * 0.5)
+        u = e * phi
+        for _ in tl.static_range(2):
+            u = (e - _dot64(tl.trans(u), u, z)) * phi
+        x = eye - u
+        for _ in tl.static_range(3):
+            x = eye - _dot64(u, x, z)
+        return eye + u, x
 
     @triton.jit
     def _lu_signs(x, nb, NB: tl.constexpr):
@@ -145,12 +164,13 @@ if triton is not None:
         g2 = tl.where(inside, tl.load(gp), tl.where(eye, 1.0, 0.0).to(tl.float64))
         tl.debug_barrier()  # as in _first
         tl.store(gp, tl.zeros([NB, NB], dtype=tl.float64))
-        err = tl.max(tl.max(tl.abs(g2 - tl.where(eye, 1.0, 0.0)), axis=1), axis=0)
-        r2, r2i, ok2 = _chol_inv(g2, nb, rel, NB)
+        z = tl.zeros([NB, NB], dtype=tl.float64)
+        e2 = g2 - tl.where(eye, 1.0, 0.0)
+        err = tl.max(tl.max(tl.abs(e2), axis=1), axis=0)
+        r2, r2i = _near_identity_chol(e2, z, NB)
         mp = M1 + b * 2 * NB * NB + rr[:, None] * NB + rr[None, :]
         r1i = tl.load(mp)
         r1 = tl.load(mp + NB * NB)
-        z = tl.zeros([NB, NB], dtype=tl.float64)
         minv = _dot64(r1i, r2i, z)
         base = A + b * stride_b
         tp = base + (k0 + rr)[:, None] * n + (k0 + rr)[None, :]
@@ -163,7 +183,7 @@ if triton is not None:
         t = tl.where(rr[:, None] <= rr[None, :], t, 0.0)
         rhh = s[:, None] * _dot64(r2, r1, z)
         top = tl.where(rr[:, None] > rr[None, :], lmat, rhh)
-        ok = (tl.load(OK + b) != 0) & ok2 & (err <= thr)
+        ok = (tl.load(OK + b) != 0) & (err <= thr)
         fin = tl.abs(top) + tl.abs(t) + tl.abs(mf)
         ok = ok & (tl.max(tl.max(tl.where(inside, fin, 0.0), axis=1), axis=0) < 1e300)
         tl.store(OK + b, ok.to(tl.int32))
@@ -441,7 +461,8 @@ def _update_rows(cfg, programs, rows):
 def _panel(a, tau, k0, nb, cfg, ws):
     b, n, _ = a.shape
     m = n - k0
-    NB, bk, cw = ws.NB, int(cfg["bk"]), int(cfg["chol_warps"])
+    NB, bk = ws.NB, int(cfg["bk"])
+    cw = int(cfg["chol_warps_many"] if b >= cfg["split_min"] else cfg["chol_warps"])
     rel, thr = float(cfg["rel"]), float(cfg["thr"])
     rb = _row_split(cfg, b, m)
     if not rb:
