@@ -68,8 +68,8 @@ def probe(mod, b, n, k0, warps):
     res["first"] = timed(lambda: mod._first_kernel[(b,)](ws.g, ws.m1, ws.ok, nb, rel, NB=NB, num_warps=warps))
     res["gram2"] = timed(lambda: mod._gram_kernel[(b, 1)](a, ws.g, ws.m1, n, k0, nb, m, n * n, NB=NB, BK=bk,
                                                            SECOND=True, num_warps=warps))
-    a.copy_(a0)
-    res["second"] = timed(lambda: mod._second_kernel[(b,)](a0.clone(), tau, ws.tw, ws.g, ws.m1, ws.mf, ws.ok, n, k0,
+    a.copy_(a0)  # the top block is rewritten by each launch; its values stay O(1), which is all timing needs
+    res["second"] = timed(lambda: mod._second_kernel[(b,)](a, tau, ws.tw, ws.g, ws.m1, ws.mf, ws.ok, n, k0,
                                                             nb, n * n, rel, thr, NB=NB, NBT=NB, num_warps=warps))
     ws.ok.fill_(1)
     res["lower"] = timed(lambda: mod._lower_kernel[(b, 1)](a, ws.mf, ws.ok, n, k0, nb, max(1, m - nb), n * n, NB=NB,

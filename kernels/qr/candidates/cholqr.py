@@ -32,11 +32,12 @@ try:
 except ImportError:  # a CPU-only machine without Triton still gets the PyTorch path
     triton = None
 
-CONFIG = {"nb": 32, "rows": 512, "split_min": 264, "thr": 1e-5, "rel": 1e-13, "bk": 32, "chol_warps": 4,
+CONFIG = {"nb": 32, "nb_small": 16, "small_n": 352, "fused": True, "rows": 256, "split_min": 264, "thr": 1e-5, "rel": 1e-13, "bk": 32, "chol_warps": 4,
           "chol_warps_many": 2,
           "bn": 64, "trail_warps": 4, "prec": "bf16x3", "bf16_min_n": 256, "rev_rows": True,
           "graph_max_elems": 33554432}
-SPACE = {"nb": [16, 32, 64], "rows": [128, 256, 512, 1024], "split_min": [0, 132, 264, 528],
+SPACE = {"nb": [16, 32, 64], "nb_small": [16, 32], "small_n": [0, 176, 352, 512], "fused": [True, False],
+         "rows": [128, 256, 512, 1024], "split_min": [0, 132, 264, 528],
          "thr": [1e-7, 1e-6, 1e-5], "rel": [1e-14, 1e-13, 1e-12], "bk": [16, 32, 64], "chol_warps": [1, 2, 4, 8],
          "chol_warps_many": [1, 2, 4],
          "bn": [32, 64, 128], "trail_warps": [4, 8], "prec": ["tf32x3", "bf16x3", "ieee"],
@@ -431,7 +432,7 @@ class _Work:
 
     def __init__(self, a, cfg):
         b, n, _ = a.shape
-        NB = max(16, _pow2(min(int(cfg["nb"]), n)))
+        NB = max(16, _pow2(min(_width(cfg, n), n)))
         d = a.device
         self.NB = NB
         self.g = torch.zeros(b, NB, NB, dtype=torch.float64, device=d)
@@ -444,10 +445,14 @@ class _Work:
 
 
 def _row_split(cfg, b, m):
-    """Rows per program of a panel's row-split kernels, or 0 for one program per matrix."""
-    if b >= cfg["split_min"] or m <= cfg["rows"]:
-        return 0
-    return cfg["rows"]
+    """Rows per program of a panel's kernels: all m where the batch fills the GPU (split_min) or m
+    fits `rows`, else `rows` (the Gram pieces summed with atomics)."""
+    return m if b >= cfg["split_min"] or m <= cfg["rows"] else cfg["rows"]
+
+
+def _width(cfg, n):
+    """The panel width: nb_small for n <= small_n (shorter loops on smaller tiles, more panels), else nb."""
+    return int(cfg["nb_small"] if n <= cfg["small_n"] else cfg["nb"])
 
 
 def _update_rows(cfg, programs, rows):
@@ -465,7 +470,7 @@ def _panel(a, tau, k0, nb, cfg, ws):
     cw = int(cfg["chol_warps_many"] if b >= cfg["split_min"] else cfg["chol_warps"])
     rel, thr = float(cfg["rel"]), float(cfg["thr"])
     rb = _row_split(cfg, b, m)
-    if not rb:
+    if cfg["fused"] and rb >= m:
         _panel_kernel[(b,)](a, tau, ws.tw, ws.g, ws.m1, ws.mf, ws.ok, n, k0, nb, n * n, rel, thr,
                             NB=NB, NBT=NB, BK=bk, num_warps=cw)
     else:
@@ -573,7 +578,7 @@ def _cholqr2_torch(p, cfg):
 
 def _factor_torch(a, tau, cfg):
     n = a.shape[-1]
-    nb = max(1, min(int(cfg["nb"]), n))
+    nb = max(1, min(_width(cfg, n), n))
     for k0 in range(0, n, nb):
         w = min(nb, n - k0)
         p = a[:, k0:, k0:k0 + w]
