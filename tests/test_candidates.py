@@ -113,14 +113,56 @@ def test_wy_blocked_panel_widths():
 
 
 def test_cholqr_decides_per_matrix():
-    """A batch mixing well-conditioned and exactly rank-deficient matrices: only the latter fall back."""
+    """A batch mixing well-conditioned and exactly rank-deficient matrices (PyTorch path): of the 5
+    matrices x 3 panels (16 wide at n = 48), only the rank-deficient matrices' last panel, whose
+    columns 36..47 are zero, goes to the Householder fallback; a dense batch never does."""
     mod = _load(CANDIDATES / "cholqr.py", "cand_cholqr_mixed")
     good = reference.generate_input(3, 48, 1, 5)
     bad = reference.generate_input(2, 48, 0, 6, "rankdef")
     a = torch.cat([good[:1], bad[:1], good[1:], bad[1:]])
-    mod.STATS.update(matrices=0, fallback=0)
+    mod.STATS.update(panels=0, fallback=0)
     _check(mod, a, "mixed good/rank-deficient")
-    assert mod.STATS == {"matrices": 5, "fallback": 2}
+    assert mod.STATS == {"panels": 15, "fallback": 2}
+    mod.STATS.update(panels=0, fallback=0)
+    _check(mod, reference.generate_input(4, 100, 2, 7), "dense 4x100")
+    assert mod.STATS == {"panels": 4 * 7, "fallback": 0}
+
+
+# cholqr's Triton path under the interpreter decides the same way, counted by its fallback kernel:
+# a dense batch never falls back (so the CholeskyQR2 panels, not the fallback, made the checked
+# result), and the rank-deficient matrices' last panel does, in the one-launch panels, the row-split
+# kernels and the split kernels of a batch >= split_min.
+CHOLQR_FALLBACKS = r"""
+import json, sys, importlib.util, torch
+sys.path[:0] = [sys.argv[1]]
+import reference
+out = []
+for cfg in json.loads(sys.argv[3]):
+    spec = importlib.util.spec_from_file_location("cq", sys.argv[2])
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    mod.CONFIG.update(cfg)
+    counts = []
+    good = reference.generate_input(3, 48, 1, 5)
+    bad = reference.generate_input(2, 48, 0, 6, "rankdef")
+    for a in (good, torch.cat([good[:1], bad[:1], good[1:], bad[1:]])):
+        before = mod.fallbacks(torch.device("cpu"))
+        ok, msg = reference.check_implementation(a, mod.custom_kernel(a.clone()))
+        assert ok, f"{cfg}: {msg}"
+        counts.append(mod.fallbacks(torch.device("cpu")) - before)
+    out.append(counts)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_cholqr_triton_path_decides_per_matrix():
+    pytest.importorskip("triton")
+    cfgs = [{}, {"rows": 16, "bk": 16, "fused": False}, {"split_min": 2}]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", CHOLQR_FALLBACKS, str(QR), str(CANDIDATES / "cholqr.py"),
+                           json.dumps(cfgs)], env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [[0, 2]] * len(cfgs)
 
 
 # The Triton kernels under the interpreter, in a subprocess (TRITON_INTERPRET must be set before
@@ -169,7 +211,11 @@ INTERPRETER_RUNS = [
                     "split_min": 0, "tall": "householder"}, [5, 24],
      [{"batch": 2, "n": 40, "cond": 0, "seed": 4, "case": "nearcollinear"},
                                           {"batch": 2, "n": 40, "cond": 0, "seed": 5, "case": "clustered"}]),
-    ("cholqr", {"thr": -1.0, "hh_small_max": 0, "hh_nb": 16, "hh_tile_max": 256}, [5, 24], []),
+    # cholqr: every panel to the Householder fallback (thr < 0), then the CholeskyQR2 panels by
+    # the row-split kernels (16 rows a program, float64 atomics) with row-split trailing updates
+    ("cholqr", {"thr": -1.0, "nb": 16, "small_n": 0}, [5, 24], []),
+    ("cholqr", {"rows": 16, "bk": 16, "bn": 16, "fused": False}, [5, 24],
+     [{"batch": 3, "n": 70, "cond": 2, "seed": 3, "case": "mixed"}]),
     # look-ahead: two-level panels first, then one-level steps, some fused (small trailing update)
     # with the next panel, some not
     ("superpanel", {**_SMALL, "small_max": 0, "nb": 16, "nbo": 32, "tile_max": 1024, "lookahead_elems": 2000,
