@@ -131,6 +131,8 @@ def run_one(path: Path, do_time: bool, sizes: tuple[int, ...], out_json: Path, o
         check(f"dense c8 {2 if n < 2048 else 1}x{n}", ref.generate_input(2 if n < 2048 else 1, n, 8, 900 + n), "size")
     if hasattr(mod, "STATS"):
         rec["stats"] = dict(mod.STATS)
+    if hasattr(mod, "fallbacks"):  # a device-side count (cholqr's Triton path), read once with a sync
+        rec.setdefault("stats", {})["fallback_kernel_panels"] = mod.fallbacks(dev)
 
     if do_time and dev.type == "cuda":
         # As the harness does: k = clamp(256 MiB / input bytes, 1, 50) calls between two events,

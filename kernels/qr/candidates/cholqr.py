@@ -1,25 +1,35 @@
 """cholqr: blocked Householder QR whose panels are factored by CholeskyQR2 with Householder reconstruction.
 
 Each panel P (the m = n - k0 rows of nb columns) is factored without a column-by-column Householder
-loop over its rows. In float64: G = P'P, R1 = chol(G), G2 = (P R1^-1)'(P R1^-1), R2 = chol(G2)
-(CholeskyQR2), so Q = P (R2 R1)^-1 is orthonormal. The compact Householder form comes from Q as
-LAPACK's orhr_col recovers it: an unpivoted LU of Q - S on Q's top nb x nb block, S_k = -sign of the
-current pivot (so every pivot is >= 1 in magnitude), gives V = L (below the block: Q_low U^-1),
-T = -U S L1^-T, tau = diag(T) and R = S R2 R1. The rows only enter through three passes of small
-float64 products (P'P, (P M1)'(P M1), P M): the sequential work (two Choleskys and the LU, each with
-its inverse in the same loop) is on nb x nb tiles, not on the m x nb panel. Tall panels split their
-rows across programs (Gram pieces summed with float64 atomics); panels of at most `rows` rows, or
-batches that fill the GPU, are factored by one program per matrix in one launch.
+loop over its rows. In float64: G = P'P, R1 = chol(G) (its inverse from the same loop), G2 =
+(P R1^-1)'(P R1^-1), and R2 with R2'R2 = G2 (CholeskyQR2), so Q = P (R2 R1)^-1 is orthonormal.
+G2 is I + E with max|E| <= thr for every accepted panel, so R2 and R2^-1 come from five small
+products (_near_identity_chol), not from a second Cholesky loop. The compact Householder form comes
+from Q as LAPACK's orhr_col recovers it: an unpivoted LU of Q - S on Q's top nb x nb block, S_k =
+-sign of the current pivot (every pivot is >= 1 in magnitude), gives V = L (below the block: Q_low
+U^-1), T = -U S L1^-T, tau = diag(T) and R = S R2 R1. The rows only enter through three passes of
+float64 tensor-core products (P'P, (P R1^-1)'(P R1^-1), P M); the sequential work (the Cholesky and
+the LU, each with its inverse in the same loop) is on nb x nb tiles, not on the m x nb panel. Below
+split_min matrices, a panel of <= `rows` rows is one launch per matrix; taller panels split their
+rows across programs (Gram pieces summed with float64 atomics); batches that fill the GPU take the
+same four kernels with one program per matrix (the one-launch kernel needs 255 registers a thread).
+Panels are nb_small (16) wide up to n = small_n (352), else nb (32).
 
-The decision is per matrix and per panel, from that panel's own numbers: a pivot of either Cholesky
-at or below rel x its largest diagonal entry, ||Q1'Q1 - I||max > thr, or a non-finite result sends
-that matrix's panel to a Householder panel (column by column, float64 norms, its rows read from
-L1/L2), which the same step launches for every matrix and which returns at once for those accepted.
-Rank-deficient, graded and special matrices reach it; the rest never do. The trailing matrix is
-updated as in wy_triton (C -= V (T' (V' C)), bf16x3 tensor-core dots for n >= bf16_min_n, rows split
-with atomics where the batch is small), and launch-bound shapes replay a CUDA graph.
+The decision is per matrix and per panel, from that panel's own numbers: a pivot of the Cholesky at
+or below rel x G's largest diagonal entry, max|Q1'Q1 - I| > thr (1e-5, roughly cond(P) > 3e5), or a
+non-finite result sends that matrix's panel to a Householder panel (column by column, float64
+norms, its rows read from L1/L2 in chunks), which every step launches for every matrix and which
+returns at once for those accepted. Rank-deficient panels (zero or duplicate columns), random
+upper-triangular matrices (exponentially ill-conditioned) and special matrices reach it; the dense,
+clustered, band, row-scaled, near-rank and near-collinear cases do not. The trailing matrix is updated
+as in wy_triton (C -= V (T' (V' C)), bf16x3 tensor-core dots for n >= bf16_min_n, rows split with
+atomics where the batch is small), and launch-bound shapes replay a CUDA graph.
 
-Where the time goes: to be profiled on the H200 (the first version of this design).
+Where the time goes (H200 profile, calls h4/h5, 2026-12-02): at 640x512 the trailing update (3.6 ms
+of 7.6) and the panels (second kernel 1.8 ms, Gram passes 1.0, Cholesky 0.7: ~0.25 ms a panel over
+640 matrices); at 60x1024 the update (2.9 of 6.5 ms) and the panels; at 2x4096 the row-split
+updates (8.4 of 20.8 ms) and the per-matrix second kernel (4.6 ms: ~39 us a panel on 2 SMs); at
+20-352 the panels' two nb-step loops (~20 us a 16-wide panel on one matrix), the critical path.
 On a CPU tensor it runs the same algorithm in PyTorch, or the Triton kernels when TRITON_INTERPRET=1.
 """
 import os
@@ -640,9 +650,14 @@ _REPLAYS, _WORK = {}, {}
 
 
 def fallbacks(device):
-    """Matrix panels the Householder fallback has refactored on `device` so far (syncs; for scripts)."""
-    return sum(int(ws.cnt.item()) for key, ws in _WORK.items() if key[0] == device) + \
-        sum(int(r.ws.cnt.item()) for key, r in _REPLAYS.items() if key[0] == device)
+    """Matrix panels the Triton path's Householder fallback has refactored on `device` so far (a
+    sync; for scripts and tests, never the timing). "cuda" counts every CUDA device."""
+    d = torch.device(device)
+
+    def on(key):
+        return key[0].type == d.type and (d.index is None or key[0].index == d.index)
+    return sum(int(ws.cnt.item()) for key, ws in _WORK.items() if on(key)) + \
+        sum(int(r.ws.cnt.item()) for key, r in _REPLAYS.items() if on(key))
 
 
 def custom_kernel(data):
