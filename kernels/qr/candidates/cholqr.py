@@ -53,7 +53,9 @@ SPACE = {"nb": [16, 32, 64], "nb_small": [16, 32], "small_n": [0, 176, 352, 512]
          "chol_warps_many": [1, 2, 4],
          "bn": [32, 64, 128], "trail_warps": [4, 8], "prec": ["tf32x3", "bf16x3", "ieee"],
          "bf16_min_n": [128, 256, 512], "rev_rows": [False, True], "graph_max_elems": [0, 8388608, 33554432]}
-STATS = {"panels": 0, "fallback": 0}  # matrix panels factored, and refactored by Householder (read by scripts)
+# matrix panels factored, and refactored by Householder, on the PyTorch path only (read by scripts); the
+# Triton path counts its fallbacks on the device, read by fallbacks()
+STATS = {"panels": 0, "fallback": 0}
 
 
 # ----------------------------------------------------------------------------------- Triton: the panel
