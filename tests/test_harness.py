@@ -397,15 +397,27 @@ def test_worker_exits_when_its_agent_is_killed(small_qr_task, candidate):
 
 def test_cpu_tail_counts_only_threads_seen_running(monkeypatch):
     """A watcher descheduled on a loaded box is no work of the candidate's (a false guard failure
-    seen in a CPU run); a thread seen running for 5 ms is."""
+    seen in a CPU run); a thread seen running for 5 ms is. The clock is simulated: on a loaded CI
+    box a real one let the watcher miss the last busy millisecond and flaked this test."""
     from agent.harness import timing
 
+    clock = [0.0]
+    monkeypatch.setattr(timing, "_perf_counter", lambda: clock[0])
+
+    def sleep(s: float) -> None:
+        clock[0] += s
+    monkeypatch.setattr(timing, "_sleep", sleep)
+
     def slow_and_idle() -> bool:
-        time.sleep(0.003)
+        clock[0] += 0.003  # the watcher itself descheduled for 3 ms on every look
         return False
     monkeypatch.setattr(timing, "_others_running", slow_and_idle)
     assert timing.cpu_tail() == 0.0
 
-    t0 = time.monotonic()
-    monkeypatch.setattr(timing, "_others_running", lambda: time.monotonic() - t0 < 0.005)
-    assert timing.cpu_tail() >= 0.004
+    clock[0] = 0.0
+    monkeypatch.setattr(timing, "_others_running", lambda: clock[0] < 0.005)
+    assert 0.0049 <= timing.cpu_tail() < 0.005
+
+    clock[0] = 0.0
+    monkeypatch.setattr(timing, "_others_running", lambda: True)
+    assert timing.cpu_tail() > timing.CPU_TAIL_LIMIT_S
