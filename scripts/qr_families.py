@@ -29,8 +29,9 @@ GEQRF_US = (280.9, 15227, 39969, 995764, 228182, 71748, 45809, 994651, 227926, 9
 SIZES_GPU = (1, 2, 3, 5, 8, 16, 17, 31, 33, 64, 65, 100, 127, 129, 200, 257, 300, 513, 1000, 1025, 2049, 4095)
 
 
-def special_inputs(device, sizes=(1, 5, 40, 300)):
-    """(name, tensor) pairs: the special matrices of issue 5 at the given sizes."""
+def special_inputs(device, sizes=(1, 5, 40, 300), conditioned=True):
+    """(name, tensor) pairs: the special matrices of issue 5 at the given sizes, and with
+    `conditioned` the ill-conditioned ones of conditioned_inputs."""
     import torch
 
     g = torch.Generator(device="cpu").manual_seed(1234)
@@ -63,6 +64,32 @@ def special_inputs(device, sizes=(1, 5, 40, 300)):
         tiny_entries = randn(2, n, n)
         tiny_entries[:, n // 2:, :] *= 1e-30
         out.append((f"rows-near-1e-30 n={n}", tiny_entries))
+    return out + (conditioned_inputs(device, sizes) if conditioned else [])
+
+
+def conditioned_inputs(device, sizes):
+    """(name, tensor) pairs beyond the suite's cond <= 8: singular values spread from 1 to 1e-6, 1e-8
+    (float64 CholeskyQR2's limit) and 1e-12 (past float32's precision); columns graded from 1e-30 to
+    1e30; Kahan's matrix (R's diagonal decays, no column looks small); column pairs 1e-6 apart
+    (panels of cond ~1e6: cholqr's acceptance band)."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(4321)
+    out = []
+    for n in sizes:
+        for cond in (1e6, 1e8, 1e12):
+            u, _ = torch.linalg.qr(torch.randn(2, n, n, generator=g, dtype=torch.float64))
+            v, _ = torch.linalg.qr(torch.randn(2, n, n, generator=g, dtype=torch.float64))
+            s = torch.logspace(0, -math.log10(cond), n, dtype=torch.float64)
+            out.append((f"cond-{cond:g} n={n}", ((u * s) @ v.transpose(1, 2)).float().to(device)))
+        graded = torch.randn(2, n, n, generator=g) * torch.logspace(-30, 30, n)
+        out.append((f"columns-graded-1e-30..1e30 n={n}", graded.to(device)))
+        i = torch.arange(n, dtype=torch.float64)
+        upper = torch.triu(torch.full((n, n), -math.cos(1.2), dtype=torch.float64), 1) + torch.eye(n, dtype=torch.float64)
+        out.append((f"kahan n={n}", (math.sin(1.2) ** i[:, None] * upper).float().repeat(2, 1, 1).to(device)))
+        pairs = torch.randn(2, n, n, generator=g)
+        pairs[:, :, 1::2] = pairs[:, :, 0:n - 1:2] + 1e-6 * torch.randn(2, n, n // 2, generator=g)
+        out.append((f"column-pairs-1e-6-apart n={n}", pairs.to(device)))
     return out
 
 
