@@ -212,6 +212,7 @@ class AttemptCommitted(Event):
     geomean_se_us: float | None = None
     head_us: float | None = None     # the head re-timed by verify (a fresher time than the one on record)
     head_se_us: float | None = None
+    margin: float | None = None      # the most of the checker's tolerance an output used (1.0 = the limit)
 
 
 # -- steering ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from agent import events as ev
 from agent import faults
 from agent.beam import NOISE_FLOOR, Beam, geomean_se, judge, pick_branch, plateau, schedulable
 from agent.config import RunConfig
-from agent.harness.result import CUDA, STAGES, EvalResult
+from agent.harness.result import CUDA, STAGES, EvalResult, spec_label
 from agent.harness.runner import EvalOptions, check_gpu, discard_prestarted, evaluate, resolve_device
 from agent.harness.task import Task, TaskError, bundled_tasks, load_task, resolve_task
 from agent.hooks import Hooks
@@ -474,10 +474,10 @@ class Agent:
         floor, name = self.floor_for(f.branch)
         verdict = judge(ok, error, new_us, se, head_us, head_se, spread, floor=floor, floor_name=name)
         verdict.reason += retimed
-        cases = [CaseLine(_label(c.spec), c.mean_us, c.stderr_us) for c in benchmarks]
+        cases = [CaseLine(spec_label(c.spec), c.mean_us, c.stderr_us) for c in benchmarks]
         fresh = (head_us, head_se) if h is not None and h.ok and h.geomean_us else None
         self.commit(f, verdict.verdict, verdict.reason, ok=ok, error=error,
-                    geomean=new_us, se=se, speedup=speedup, cases=cases, head=fresh)
+                    geomean=new_us, se=se, speedup=speedup, cases=cases, head=fresh, margin=_worst_margin(r, a))
 
     def _after_failed_proposal(self, f: Flight) -> None:
         p = f.proposal
@@ -498,13 +498,15 @@ class Agent:
 
     def commit(self, f: Flight, verdict: str, reason: str, ok: bool, error: str, geomean: float | None = None,
                se: float | None = None, speedup: float | None = None, cases: list[CaseLine] | None = None,
-               code: str | None = None, head: tuple[float, float | None] | None = None) -> None:
+               code: str | None = None, head: tuple[float, float | None] | None = None,
+               margin: tuple[float, str] | None = None) -> None:
         assert self.repo is not None
         summary = f.proposal.summary or f"{self.proposer.name}: no proposal ({f.proposal.error or 'no code'})"
         record = AttemptRecord(summary=summary, iteration=f.iteration,
                                branch=f.branch, verdict=verdict, reason=reason, ok=ok, error=error, geomean_us=geomean,
                                geomean_se_us=se, speedup=speedup, baseline_us=self.state.baseline_us,
-                               cases=cases or [], steering_ids=f.steering_ids)
+                               cases=cases or [], steering_ids=f.steering_ids,
+                               margin=margin[0] if margin else None, margin_case=margin[1] if margin else "")
         body = code if code is not None else f.code
         sha = self.repo.commit(body, record.message(), f.parent)
         faults.point("commit:object")
@@ -522,7 +524,8 @@ class Agent:
         self.emit(ev.AttemptCommitted(iteration=f.iteration, branch=f.branch, sha=sha, parent_sha=f.parent,
                                       verdict=verdict, summary=f.proposal.summary, geomean_us=geomean,
                                       speedup=speedup, reason=reason, ref=ref, geomean_se_us=se,
-                                      head_us=head[0] if head else None, head_se_us=head[1] if head else None))
+                                      head_us=head[0] if head else None, head_se_us=head[1] if head else None,
+                                      margin=margin[0] if margin else None))
         if verdict == "accepted":
             self.repo.show(f.branch)
         b = self.state.branches.get(f.branch)
@@ -580,8 +583,11 @@ def trim_result(full: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _label(spec: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in spec.items() if k != "seed")
+def _worst_margin(*results: EvalResult | None) -> tuple[float, str] | None:
+    """The most of the checker's tolerance any passing evaluation's output used, and its case."""
+    cases = [c for r in results if r is not None and r.ok for c in [r.worst_margin] if c is not None]
+    worst = max(cases, key=lambda c: c.margin or 0.0, default=None)
+    return (worst.margin, spec_label(worst.spec)) if worst is not None and worst.margin is not None else None
 
 
 def _running_seconds(events: list[ev.Event]) -> float:

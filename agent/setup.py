@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent import events as ev
 from agent.beam import branch_name, geomean_se, noise_floor, relative_gap
-from agent.harness.result import EvalResult
+from agent.harness.result import EvalResult, spec_label
 from agent.harness.runner import evaluate
 from agent.vcs import AttemptRecord, CaseLine, VcsError
 
@@ -161,6 +161,7 @@ class Setup:
         base = a.state.baseline_us
         speedup = base / r.geomean_us if r.ok and base and r.geomean_us else None
         sha = a.repo.head(name)
+        worst = r.worst_margin if r.ok else None
         try:
             if sha is None or a.repo.read(sha) != code:
                 record = AttemptRecord(summary=f"seed {path.stem}: {path.name} from the task's candidates",
@@ -168,8 +169,10 @@ class Setup:
                                        error="" if r.ok else f"{r.error_class}: {r.message}",
                                        reason="the branch's starting point", geomean_us=r.geomean_us if r.ok else None,
                                        geomean_se_us=se, speedup=speedup, baseline_us=base,
-                                       cases=[CaseLine(" ".join(f"{k}={v}" for k, v in c.spec.items() if k != "seed"),
-                                                       c.mean_us, c.stderr_us) for c in r.benchmarks])
+                                       cases=[CaseLine(spec_label(c.spec), c.mean_us, c.stderr_us)
+                                              for c in r.benchmarks],
+                                       margin=worst.margin if worst else None,
+                                       margin_case=spec_label(worst.spec) if worst else "")
                 sha = a.repo.commit(code, record.message(), a.repo.root())
                 a.repo.create_branch(name, sha)
         except VcsError as exc:

@@ -31,6 +31,7 @@ class Attempt:
     cost_usd: float = 0.0
     proposal_ok: bool = True
     gpu: int | None = None
+    margin: float | None = None     # the most of the checker's tolerance an output used
 
 
 @dataclass
@@ -292,6 +293,7 @@ class SessionState:
         a.summary = a.summary or e.summary
         a.geomean_us = e.geomean_us if e.geomean_us is not None else a.geomean_us
         a.speedup = e.speedup if e.speedup is not None else a.speedup
+        a.margin = e.margin if e.margin is not None else a.margin
         if e.reason and not a.message:
             a.message = e.reason
         b = self.branches.get(e.branch)

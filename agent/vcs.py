@@ -22,6 +22,8 @@ import git
 from git.objects.fun import tree_to_stream
 from gitdb import IStream
 
+from agent.harness.result import margin_text
+
 CANDIDATE_FILE = "submission.py"
 ROOT_REF = "refs/steer/root"
 ATTEMPT_PREFIX = "refs/attempts/"
@@ -56,6 +58,8 @@ class AttemptRecord:
     baseline_us: float | None = None
     cases: list[CaseLine] = field(default_factory=list)
     steering_ids: list[str] = field(default_factory=list)
+    margin: float | None = None       # the most of the checker's tolerance an output used (1.0 = the limit)
+    margin_case: str = ""
 
     def message(self) -> str:
         lines = [_one_line(self.summary) or "(no summary)", ""]
@@ -67,6 +71,9 @@ class AttemptRecord:
             lines.append("Result: pass")
         else:
             lines.append(f"Result: fail: {_one_line(self.error) or 'no evaluation'}")
+        if self.ok and self.margin is not None:
+            lines.append(f"Accuracy: {margin_text(self.margin)} of the checker's tolerance at most"
+                         + (f" ({self.margin_case})" if self.margin_case else ""))
         lines.append(f"Verdict: {self.verdict}" + (f" ({_one_line(self.reason)})" if self.reason else ""))
         if self.cases:
             lines.append("Cases (mean µs ± stderr):")

@@ -87,7 +87,7 @@ class Workbench:
         a = self.agent
         st = a.state
         b = st.branches[branch]
-        history = [AttemptInfo(x.iteration, x.verdict, x.summary, x.geomean_us, x.message, x.sha)
+        history = [AttemptInfo(x.iteration, x.verdict, x.summary, x.geomean_us, x.message, x.sha, x.margin)
                    for x in st.attempts if x.branch == branch and x.sha]
         others = []
         for o in st.branches.values():

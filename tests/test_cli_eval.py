@@ -21,6 +21,7 @@ def test_eval_prints_a_table_and_exits_zero(small_qr_task):
     p = steer("eval", str(small_qr_task.baseline), "--task", str(small_qr_task.path), "--device", "cpu")
     assert p.returncode == 0, p.stderr
     assert "geomean" in p.stdout and "dense 4x16 c1" in p.stdout and "tests passed: 2" in p.stdout
+    assert "of the checker's tolerance at most" in p.stdout
 
 
 def test_eval_json_is_one_object(small_qr_task):
@@ -44,6 +45,7 @@ def test_bench_prints_speedups_against_the_baseline(small_qr_task, candidate):
     header = p.stdout.splitlines()[0]
     assert "geqrf" in header and "mine" in header
     assert "x)" in p.stdout.splitlines()[-1]  # the geomean row carries a speedup
+    assert p.stdout.splitlines()[-2].startswith("tolerance used") and "%" in p.stdout.splitlines()[-2]
 
 
 def one_line_error(p: subprocess.CompletedProcess) -> str:

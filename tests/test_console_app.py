@@ -184,7 +184,8 @@ async def test_enter_on_an_attempt_opens_its_diff(tmp_path: Path) -> None:
     ])
     art = session.artifact_dir(5)
     (art / "eval.json").write_text(json.dumps({"ok": True, "stage": "bench", "cases": [
-        {"kind": "benchmark", "spec": {"batch": 640, "n": 512}, "passed": True, "mean_us": 991.5, "runs": 3}]}))
+        {"kind": "benchmark", "spec": {"batch": 640, "n": 512}, "passed": True, "mean_us": 991.5, "runs": 3,
+         "margin": 0.0314}]}))
     (art / "transcript.txt").write_text("SYSTEM: you tune kernels\nASSISTANT: widen the panel\n")
     app = make_app(session, tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -197,7 +198,7 @@ async def test_enter_on_an_attempt_opens_its_diff(tmp_path: Path) -> None:
         assert "-CONFIG = {'panel': 32, 'num_warps': 4}" in text and "#5 qr/cholqr" in text
         await pilot.press("2")
         await wait_for(pilot, lambda: "batch=640 n=512" in screen_text(app), what="the cases table")
-        assert "991.5" in screen_text(app)
+        assert "991.5" in screen_text(app) and "3.1%" in screen_text(app)   # the tolerance the outputs used
         await pilot.press("4")
         await wait_for(pilot, lambda: "widen the panel" in screen_text(app), what="the transcript")
         await pilot.press("escape")

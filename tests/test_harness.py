@@ -42,6 +42,25 @@ def test_good_candidate_passes_with_timings(small_qr_task, candidate):
     assert c["passed"] and c["runs"] >= 5 and 0 < c["best_us"] <= c["mean_us"] <= c["worst_us"]
     assert r.geomean_us == pytest.approx(c["mean_us"])
     assert json.loads(json.dumps(d))["cases"][0]["spec"]["n"] == 16
+    # the task's check_margin: how much of the checker's tolerance each case's outputs used
+    assert all(0 < x["margin"] < 0.2 for x in d["cases"]) and d["margin"] == max(x["margin"] for x in d["cases"])
+
+
+def test_the_margin_follows_the_outputs_accuracy(small_qr_task, candidate):
+    """A less accurate kernel uses more of the tolerance; a task without check_margin reports none."""
+    clean, _ = run(candidate(GEQRF), small_qr_task)
+    noisy, _ = run(candidate("""
+        import torch
+        def custom_kernel(data):
+            h, tau = torch.geqrf(data)
+            return h + 2e-6 * torch.triu(h).abs().amax(dim=(1, 2), keepdim=True) * torch.triu(torch.ones_like(h)), tau
+    """), small_qr_task)
+    assert clean.ok and noisy.ok, noisy.message
+    assert 5 * clean.worst_margin.margin < noisy.worst_margin.margin < 1
+    (small_qr_task.path / "reference.py").write_text(
+        (small_qr_task.path / "reference.py").read_text().replace("check_margin(", "_measure("))
+    plain, _ = run(candidate(GEQRF), small_qr_task)
+    assert plain.ok and plain.worst_margin is None and plain.to_json()["margin"] is None
 
 
 @pytest.mark.reliability
@@ -421,3 +440,13 @@ def test_cpu_tail_counts_only_threads_seen_running(monkeypatch):
     clock[0] = 0.0
     monkeypatch.setattr(timing, "_others_running", lambda: True)
     assert timing.cpu_tail() > timing.CPU_TAIL_LIMIT_S
+
+
+def test_a_margin_that_is_not_a_number_costs_the_number_not_the_verdict():
+    from agent.harness.worker import _check
+    assert _check(lambda d, o: (True, "", 0.25), None, None) == (True, "", 0.25)
+    for bad in ("abc", float("nan"), float("inf"), -1.0, None):
+        assert _check(lambda d, o, b=bad: (True, "", b), None, None) == (True, "", None)
+    assert _check(lambda d, o: (False, "too far", 3.0), None, None) == (False, "too far", 3.0)
+    assert _check(lambda d, o: (True, ""), None, None) == (True, "", None)
+    assert _check(lambda d, o: "", None, None) == (True, "", None)

@@ -77,7 +77,8 @@ def llm(server: FakeOpenAI, **kw) -> LlmProposer:
 def ctx(**kw) -> ProposalContext:
     base = dict(iteration=7, branch="qr/sleepy", family="sleepy", task_name="tiny", task_description="Double it.",
                 parent_sha="0" * 40, code=SEED, head_us=1000.0, baseline_us=2000.0,
-                history=[AttemptInfo(6, "failed", "tried copies", None, "wrong: mismatch", "s6")],
+                history=[AttemptInfo(5, "accepted", "one copy", 1000.0, "", "s5", margin=0.42),
+                         AttemptInfo(6, "failed", "tried copies", None, "wrong: mismatch", "s6")],
                 others=["qr/steady (steady): 800.00 µs"], notes=["prefer fewer copies"], settings={"copies": 1})
     base.update(kw)
     return ProposalContext(**base)
@@ -93,6 +94,7 @@ def test_a_good_edit_with_tokens_cost_and_the_prompt(server: FakeOpenAI, monkeyp
     assert req.path == "/v1/chat/completions" and req.body["model"] == "fake-model"
     assert req.headers["authorization"] == f"Bearer {SECRET}"
     for part in ("Double it.", "algorithm family: sleepy", CONFIG_LINE, "#6 failed", "wrong: mismatch",
+                 "#5 accepted 1000.00 µs (accuracy 42%) one copy", "a kernel near the limit may fail on other inputs",
                  "qr/steady (steady): 800.00 µs", "prefer fewer copies", "CONFIG['copies'] = 1", "SEARCH"):
         assert part in req.prompt, part
     assert SECRET not in p.transcript

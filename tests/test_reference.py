@@ -150,3 +150,22 @@ def test_checker_orthogonality_failure_is_named(qr_reference):
     h, tau = torch.geqrf(a)
     ok, msg = qr_reference.check_implementation(a, (h, tau * 1.01))
     assert not ok and "matrix" in msg
+
+
+def test_check_margin_measures_what_the_checker_judges(qr_reference, good):
+    """check_margin (Steer's extension) gives the checker's verdict and the fraction of its tolerance
+    used: small for geqrf, over 1 exactly where the checker rejects, growing with the error."""
+    a, h, tau = good
+    ok, msg, margin = qr_reference.check_margin(a, (h, tau))
+    assert ok and msg == "" and 0 < margin < 0.1
+    margins = []
+    for size in (1e-5, 1e-4, 1e-2):
+        off = h.clone()
+        off[2, 5, 9] += size * float(h[2].abs().max())
+        ok, msg, m = qr_reference.check_margin(a, (off, tau))
+        assert (ok, msg) == qr_reference.check_implementation(a, (off, tau)) and ok == (m <= 1)
+        margins.append(m)
+    assert margins[0] < margins[1] < 1 < margins[2]
+    ok, _, m = qr_reference.check_margin(a, (h, tau * 1.01))      # orthogonality, not the residual, may fail
+    assert not ok and m > 1
+    assert qr_reference.check_margin(a, h) == (False, "expected a pair (H, tau), got Tensor", float("inf"))

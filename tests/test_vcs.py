@@ -43,12 +43,14 @@ def test_attempts_are_commits_on_the_head_and_accepted_ones_move_the_branch(repo
 def test_the_message_has_summary_result_cases_and_trailers(repo: SessionRepo):
     rec = AttemptRecord("llm: fuse the panel update", 12, "qr/wy-triton", "accepted", reason="3.0% faster", ok=True,
                         geomean_us=123.4, geomean_se_us=0.5, speedup=1.52, baseline_us=187.6,
-                        cases=[CaseLine("batch=20 n=32", 12.3, 0.1)], steering_ids=["s1", "s2"])
+                        cases=[CaseLine("batch=20 n=32", 12.3, 0.1)], steering_ids=["s1", "s2"],
+                        margin=0.0314, margin_case="batch=20 n=32")
     sha = repo.commit("x = 1\n", rec.message(), repo.root())
     log = git(repo, "log", "-1", "--format=%B", sha)
     assert log.splitlines()[0] == "llm: fuse the panel update"
     assert "Result: pass, geomean 123.40 µs ± 0.50 (1.520x vs baseline 187.60 µs)" in log
     assert "batch=20 n=32: 12.30 ± 0.10" in log
+    assert "Accuracy: 3.1% of the checker's tolerance at most (batch=20 n=32)" in log
     assert parse_trailers(log) == {"Steer-Iteration": "12", "Steer-Branch": "qr/wy-triton",
                                    "Steer-Verdict": "accepted", "Steer-Steering": "s1, s2"}
     trailers = git(repo, "log", "-1", "--format=%(trailers:key=Steer-Verdict,valueonly)", sha).strip()
@@ -57,7 +59,7 @@ def test_the_message_has_summary_result_cases_and_trailers(repo: SessionRepo):
 
 def test_failed_attempt_message(repo: SessionRepo):
     rec = AttemptRecord("llm: bad idea", 3, "qr/x", "failed", reason="wrong", ok=False, error="wrong: mismatch at case 2")
-    assert "Result: fail: wrong: mismatch at case 2" in rec.message()
+    assert "Result: fail: wrong: mismatch at case 2" in rec.message() and "Accuracy" not in rec.message()
     assert "Steer-Steering: none" in rec.message()
 
 

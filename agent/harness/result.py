@@ -36,6 +36,7 @@ class CaseResult:
     runs: int = 0
     per_call_inputs: int = 1       # k: inputs per timed repeat
     profile: dict[str, Any] | None = None
+    margin: float | None = None    # the most of the checker's tolerance a checked output used (1.0 = the limit)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "CaseResult":
@@ -73,9 +74,17 @@ class EvalResult:
     def benchmarks(self) -> list[CaseResult]:
         return [c for c in self.cases if c.kind == "benchmark"]
 
+    @property
+    def worst_margin(self) -> CaseResult | None:
+        """The case whose output came closest to the checker's limit, where the task measures it."""
+        measured = [c for c in self.cases if c.margin is not None]
+        return max(measured, key=lambda c: c.margin) if measured else None
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["overhead_s"] = round(self.overhead_s, 4)
+        worst = self.worst_margin
+        d["margin"] = worst.margin if worst else None
         d["torch"] = self.versions.get("torch")
         d["triton"] = self.versions.get("triton")
         return d
@@ -86,6 +95,17 @@ class EvalResult:
         kw = {k: v for k, v in d.items() if k in known}
         kw["cases"] = [CaseResult.from_json(c) for c in d.get("cases", [])]
         return cls(**kw)
+
+
+def spec_label(spec: dict[str, Any]) -> str:
+    """A case as commit messages name it: its spec's keys and values, without the seed."""
+    return " ".join(f"{k}={v}" for k, v in spec.items() if k != "seed")
+
+
+def margin_text(margin: float) -> str:
+    """A fraction of the checker's tolerance as a percentage: 0.67%, 3.1%, 42%."""
+    pct = 100 * margin
+    return f"{pct:.0f}%" if pct >= 10 else f"{pct:.1f}%" if pct >= 1 else f"{pct:.2g}%"
 
 
 def geomean(values: list[float]) -> float | None:

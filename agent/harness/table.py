@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.harness.result import CaseResult, EvalResult
+from agent.harness.result import CaseResult, EvalResult, margin_text
 
 
 def fmt_us(us: float | None) -> str:
@@ -52,6 +52,10 @@ def format_eval(r: EvalResult) -> str:
     tests = [c for c in r.cases if c.kind == "test"]
     if r.ok:
         lines.append(f"tests passed: {len(tests)}; geomean {fmt_us(r.geomean_us)} us")
+    worst = r.worst_margin
+    if r.ok and worst:
+        lines.append(f"accuracy: {margin_text(worst.margin)} of the checker's tolerance at most "
+                     f"({worst.kind} {case_label(worst.spec)})")
     if r.flags:
         lines.append(f"flags: {', '.join(r.flags)} (GPU MODE rejects a submission containing 'stream')")
     lines.append(f"wall {r.wall_s:.2f} s, timed {r.timed_s:.3f} s, overhead {r.overhead_s:.2f} s")
@@ -90,6 +94,9 @@ def format_bench(baseline: EvalResult, others: list[EvalResult]) -> str:
         if r is not baseline and r.ok:
             cell += _speedup(baseline.geomean_us, r.geomean_us)
         geo.append(cell)
+    if any(r.worst_margin for r in results):  # the task measures it (check_margin)
+        rows.append(["tolerance used"] + [margin_text(r.worst_margin.margin) if r.ok and r.worst_margin else "-"
+                                          for r in results])
     rows.append(geo)
     lines = [_grid(header, rows)]
     for r in results:

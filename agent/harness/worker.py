@@ -84,16 +84,27 @@ def describe(exc: BaseException) -> str:
     return f"{text} (at {where})" if where else text
 
 
-def _check(check: Callable, data: Any, output: Any) -> tuple[bool, str]:
+def _check(check: Callable, data: Any, output: Any) -> tuple[bool, str, float | None]:
+    """(ok, message, margin): margin is the fraction of the checker's tolerance the output used,
+    where the checker is the task's check_margin (a third element), else None."""
     try:
         verdict = check(data, output)
     except Exception as exc:  # noqa: BLE001 - a malformed output can crash the checker
-        return False, f"checker raised on this output: {describe(exc)}"
+        return False, f"checker raised on this output: {describe(exc)}", None
     if isinstance(verdict, tuple):
-        return bool(verdict[0]), str(verdict[1]) if len(verdict) > 1 else ""
+        margin = _margin(verdict[2]) if len(verdict) > 2 else None
+        return bool(verdict[0]), str(verdict[1]) if len(verdict) > 1 else "", margin
     if isinstance(verdict, str):
-        return verdict == "", verdict
-    return bool(verdict), "" if verdict else "checker rejected the output"
+        return verdict == "", verdict, None
+    return bool(verdict), "" if verdict else "checker rejected the output", None
+
+
+def _margin(value: Any) -> float | None:
+    try:
+        m = float(value)
+    except (TypeError, ValueError):  # the task's extension misbehaving costs the number, not the verdict
+        return None
+    return m if math.isfinite(m) and m >= 0 else None
 
 
 class Worker:
@@ -146,7 +157,9 @@ class Worker:
             **timing.watched(),
             "reference module": lambda: sys.modules.get("reference"),
         }, *_guarded_spaces(self.cfg["task_dir"]))
-        self.check = ref.check_implementation
+        # check_margin, where the task has it, is check_implementation's verdict plus how much of its
+        # tolerance the output used (a Steer extension; GPU MODE calls check_implementation only)
+        self.check = ref.check_margin if callable(getattr(ref, "check_margin", None)) else ref.check_implementation
         self.generate = ref.generate_input
         # From here on the process (and anything it starts) writes only inside the sandbox.
         note = landlock.restrict_writes(list(self.cfg.get("writable", [])))
@@ -189,12 +202,14 @@ class Worker:
             cls = CRASH if isinstance(exc, (SystemExit, KeyboardInterrupt)) else classify(exc)
             raise StageFailure(cls, describe(exc)) from None
 
-    def verify(self, spec: dict[str, Any], data: Any, out: Any, before: list[float]) -> None:
-        ok, msg = _check(self.check, data, out)
+    def verify(self, spec: dict[str, Any], data: Any, out: Any, before: list[float]) -> float | None:
+        """Check one output; its margin (fraction of the checker's tolerance used), if the task measures it."""
+        ok, msg, margin = _check(self.check, data, out)
         if timing.fingerprint(data) != before:
             raise StageFailure(GUARD, f"{_label(spec)}: the checker's copy of the input changed during the call")
         if not ok:
             raise StageFailure(WRONG, f"{_label(spec)}: {msg}")
+        return margin
 
     def test(self, spec: dict[str, Any], index: int, total: int) -> CaseResult:
         self.chan.send(type="case", kind="test", index=index, total=total, spec=spec)
@@ -202,8 +217,7 @@ class Worker:
         before = timing.fingerprint(data)
         out = self.call(timing.clone_data(data))
         _sync(self.device)
-        self.verify(spec, data, out, before)
-        return CaseResult(kind="test", spec=spec, passed=True)
+        return CaseResult(kind="test", spec=spec, passed=True, margin=self.verify(spec, data, out, before))
 
     def bench(self, spec: dict[str, Any], index: int, total: int) -> CaseResult:
         self.chan.send(type="case", kind="benchmark", index=index, total=total, spec=spec)
@@ -213,7 +227,7 @@ class Worker:
         before = timing.fingerprint(warm)
         out = self.call(timing.clone_data(warm))
         clock.sync()
-        self.verify(spec, warm, out, before)
+        margins = [self.verify(spec, warm, out, before)]
         del warm, out
         times: list[float] = []
         threads_before = threading.active_count()
@@ -236,7 +250,7 @@ class Worker:
                                           "region (work not finished inside it)")
             self.timed_s += device_s
             for j in self.checked_slots(k, repeat):
-                self.verify(spec, datas[j], outs[j], prints[j])
+                margins.append(self.verify(spec, datas[j], outs[j], prints[j]))
             times.append(device_s / k)
             repeat += 1
             del datas, copies, outs
@@ -244,7 +258,7 @@ class Worker:
         profile = self.profile(spec) if self.mode == "profile" else None
         return CaseResult(kind="benchmark", spec=spec, passed=True, mean_us=s.mean * 1e6, std_us=s.std * 1e6,
                           stderr_us=s.stderr * 1e6, best_us=s.best * 1e6, worst_us=s.worst * 1e6, runs=s.runs,
-                          per_call_inputs=k, profile=profile)
+                          per_call_inputs=k, profile=profile, margin=_worst(margins))
 
     def checked_slots(self, k: int, repeat: int) -> list[int]:
         if self.policy.check == "all" or k <= 2:
@@ -270,6 +284,11 @@ def _guarded_spaces(task_dir: str) -> tuple[dict[str, Any], set[str]]:
               "builtins": builtins, "math": math, "random": random, "random.Random": random.Random, "json": json,
               "hmac": hmac, "hashlib": hashlib, "threading": threading, "time": time}
     return {**task, **harness, **others}, set(task) | set(harness) | {"torch.Tensor"}
+
+
+def _worst(margins: list[float | None]) -> float | None:
+    measured = [m for m in margins if m is not None]
+    return max(measured) if measured else None
 
 
 def _size(spec: dict[str, Any]) -> int:

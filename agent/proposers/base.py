@@ -16,6 +16,7 @@ class AttemptInfo:
     geomean_us: float | None
     message: str
     sha: str
+    margin: float | None = None    # the most of the checker's tolerance an output used (1.0 = the limit)
 
 
 @dataclass

@@ -6,6 +6,7 @@ the steering notes; then the reply format.
 """
 from __future__ import annotations
 
+from agent.harness.result import margin_text
 from agent.proposers.base import ProposalContext
 from agent.vcs import CANDIDATE_FILE
 
@@ -44,10 +45,15 @@ def build_prompt(ctx: ProposalContext, history: int = 6, for_command: bool = Fal
     recent = ctx.history[-history:] if history > 0 else []
     if recent:
         parts.append(f"# Last {len(recent)} attempts on this branch (oldest first)")
+        if any(a.margin is not None for a in recent):
+            parts.append("(accuracy: the most of the checker's tolerance any checked output used; over 100% fails, "
+                         "and a kernel near the limit may fail on other inputs)")
         for a in recent:
             result = _us(a.geomean_us) if a.geomean_us else ""
+            accuracy = f" (accuracy {margin_text(a.margin)})" if a.margin is not None else ""
             why = f": {a.message}" if a.message and a.verdict != "accepted" else ""
-            parts.append(f"- #{a.iteration} {a.verdict} {result} {a.summary or '(no summary)'}{why}".replace("  ", " "))
+            parts.append(f"- #{a.iteration} {a.verdict} {result}{accuracy} {a.summary or '(no summary)'}{why}"
+                         .replace("  ", " "))
         parts.append("")
     if ctx.others:
         parts.append("# Best of the other branches")

@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
+from agent.harness.result import margin_text
 from agent.session import Session
 from agent.state import Attempt
 from console import fmt
@@ -83,14 +84,16 @@ class DetailScreen(Screen[None]):
         else:
             diff.update(Text(d.diff_note, style="italic"))
         table = self.query_one("#cases-table", DataTable)
-        table.add_columns("kind", "case", "pass", "mean µs", "± std", "best µs", "runs", "message")
+        table.add_columns("kind", "case", "pass", "mean µs", "± std", "best µs", "runs", "tolerance used", "message")
         for c in d.cases:
+            margin = c.get("margin")
             table.add_row(Text(str(c.get("kind", ""))), Text(spec_text(c.get("spec"))),
                           "✓" if c.get("passed") else "✗", fmt.us(c.get("mean_us")), fmt.us(c.get("std_us")),
                           fmt.us(c.get("best_us")), str(c.get("runs", "")),
+                          margin_text(margin) if isinstance(margin, (int, float)) else "-",
                           Text(fmt.short(str(c.get("message", "")), 80)))
         if not d.cases:
-            table.add_row("", Text(d.result_note or "no per-case results"), "", "", "", "", "", "")
+            table.add_row("", Text(d.result_note or "no per-case results"), "", "", "", "", "", "", "")
         self.query_one("#errors-body", Static).update(self._errors(d))
         self.query_one("#transcript-body", Static).update(
             Text(d.transcript) if d.transcript else Text(d.transcript_note, style="italic"))

@@ -134,12 +134,21 @@ def ref_kernel(data: input_t) -> output_t:
     return torch.geqrf(data)
 
 
-def _reject(message: str) -> tuple[bool, str]:
-    return False, message
+def _reject(message: str) -> tuple[bool, str, float]:
+    return False, message, float("inf")
 
 
 def check_implementation(data: input_t, output: output_t) -> tuple[bool, str]:
     """Per-matrix backward error and orthogonality of (H, tau), in float64."""
+    ok, message, _ = check_margin(data, output)
+    return ok, message
+
+
+def check_margin(data: input_t, output: output_t) -> tuple[bool, str, float]:
+    """check_implementation's verdict, and how much of its tolerance the output used: the largest,
+    over the matrices, of ||R - Q^T A||_1 and ||Q^T Q - I||_1 as fractions of what each may be
+    (above 1.0 fails; inf where the output was rejected before measuring). A Steer extension:
+    GPU MODE calls check_implementation only."""
     a = data
     if not isinstance(output, (tuple, list)) or len(output) != 2:
         return _reject(f"expected a pair (H, tau), got {type(output).__name__}")
@@ -170,20 +179,22 @@ def check_implementation(data: input_t, output: output_t) -> tuple[bool, str]:
     orth = matrix_one_norm(qt @ q - eye)
     orth_allowed = ORTHOGONALITY_FACTOR * n * EPS32
 
+    margin = float(torch.maximum(residual / allowed.clamp_min(torch.finfo(torch.float64).tiny),
+                                 orth / orth_allowed).max()) if batch and n else 0.0
     bad_res = residual > allowed
     if bool(bad_res.any()):
         scaled = residual / (n * EPS32 * matrix_one_norm(a64)).clamp_min(torch.finfo(torch.float64).tiny)
         worst = int(torch.where(bad_res, scaled, torch.zeros_like(scaled)).argmax())
-        return _reject(
+        return False, (
             f"backward error too large in {int(bad_res.sum())} of {batch} matrices; worst is matrix {worst}: "
             f"||R - Q^T A||_1 = {float(scaled[worst]):.3g} n*eps32*||A||_1 (allowed {RESIDUAL_FACTOR:g})"
-        )
+        ), margin
     bad_orth = orth > orth_allowed
     if bool(bad_orth.any()):
         scaled = orth / (n * EPS32)
         worst = int(scaled.argmax())
-        return _reject(
+        return False, (
             f"Q not orthogonal in {int(bad_orth.sum())} of {batch} matrices; worst is matrix {worst}: "
             f"||Q^T Q - I||_1 = {float(scaled[worst]):.3g} n*eps32 (allowed {ORTHOGONALITY_FACTOR:g})"
-        )
-    return True, ""
+        ), margin
+    return True, "", margin

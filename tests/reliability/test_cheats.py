@@ -32,6 +32,10 @@ TAMPERING = {
         import reference
         reference.check_implementation.__code__ = (lambda data, output: (True, "")).__code__
     """,
+    "the checker with the margin swapped in place (the one the worker calls)": """
+        import reference
+        reference.check_margin.__code__ = (lambda data, output: (True, "", 0.0)).__code__
+    """,
     "a global that shadows a builtin in the checker": """
         import builtins, linecache, sys, reference
         def bool(x):  # False for the checker's two error tests, honest elsewhere
