@@ -257,6 +257,41 @@ INTERPRETER_RUNS = [
 ]
 
 
+# Without its acceptance test, cholqr's Triton path is wrong on ill-conditioned panels: the second
+# Cholesky's near-identity products need max|Q1'Q1 - I| small. Odd columns = even ones + 1e-7 noise
+# (panel cond ~1e7): with thr 1 and rel 0 (only a non-positive pivot or a non-finite result falls
+# back) the checker fails it (5141% of its tolerance in scripts/cholqr_acceptance.py); as configured,
+# every panel falls back and it passes.
+CHOLQR_ACCEPTANCE = r"""
+import json, sys, importlib.util, torch
+sys.path[:0] = [sys.argv[1]]
+import reference
+g = torch.Generator().manual_seed(3)
+a = torch.randn(2, 32, 32, generator=g)
+a[:, :, 1::2] = a[:, :, 0::2] + 1e-7 * torch.randn(2, 32, 16, generator=g)
+out = []
+for cfg in ({"thr": 1.0, "rel": 0.0}, {}):
+    spec = importlib.util.spec_from_file_location("cq", sys.argv[2])
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    mod.CONFIG.update(cfg)
+    ok, msg, margin = reference.check_margin(a, mod.custom_kernel(a.clone()))
+    out.append([ok, margin, mod.fallbacks(torch.device("cpu"))])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_cholqr_triton_path_needs_its_acceptance_test():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", CHOLQR_ACCEPTANCE, str(QR), str(CANDIDATES / "cholqr.py")],
+                          env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (ok_off, margin_off, fell_off), (ok_on, margin_on, fell_on) = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not ok_off and margin_off > 1 and fell_off == 0
+    assert ok_on and margin_on < 0.1 and fell_on == 2 * 2
+
+
 # The runs in five processes, each well inside the per-test limit: all of them in one took
 # 171 s alone on the 2-core development machine, and over 300 s beside other work; in three, 115-150 s
 # each on a slow day of that machine (with two runs since removed).
