@@ -47,6 +47,7 @@ class RunConfig:
     seed: int = 0
     eval_mode: str = "quick"
     noise_floor: float | None = None          # smallest relative gain accepted; None: measured at setup
+    max_margin: float | None = None           # most of the checker's tolerance a win may use; None: no limit
     stage_timeout: float | None = None
     history: int = 6                          # attempts of the branch shown to llm/command
     llm_timeout_s: float = 300.0
@@ -82,6 +83,9 @@ class RunConfig:
         if self.noise_floor is not None and not 0 <= self.noise_floor < 1:
             raise ConfigError(f"--noise-floor is a fraction of the head's time from 0 to 1 (0.01 is 1%), "
                               f"not {self.noise_floor!r}")
+        if self.max_margin is not None and not 0 < self.max_margin <= 1:
+            raise ConfigError(f"--max-margin is a fraction of the checker's tolerance above 0 and up to 1 "
+                              f"(0.5 is half), not {self.max_margin!r}")
         if any(g < 0 for g in self.gpus):
             raise ConfigError("--gpus takes GPU indices (0, 1, ...)")
         if len(set(self.families)) != len(self.families):
@@ -190,6 +194,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--noise-floor", dest="noise_floor", type=float, default=None, metavar="FRACTION",
                    help="smallest relative gain accepted, e.g. 0.01, for every branch; default: measured "
                         "at setup for each family by timing its seed twice more")
+    p.add_argument("--max-margin", dest="max_margin", type=float, default=None, metavar="FRACTION",
+                   help="reject a faster candidate whose outputs used more than this fraction of the checker's "
+                        "tolerance, e.g. 0.5 (tasks whose reference.py has check_margin; default: no limit)")
     p.add_argument("--stage-timeout", dest="stage_timeout", type=float, default=None, metavar="SECONDS")
     p.add_argument("--price-in", dest="price_in_per_mtok", type=float, default=None, metavar="USD_PER_MTOK")
     p.add_argument("--price-out", dest="price_out_per_mtok", type=float, default=None, metavar="USD_PER_MTOK")

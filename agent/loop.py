@@ -18,9 +18,9 @@ from typing import Any, Callable
 
 from agent import events as ev
 from agent import faults
-from agent.beam import NOISE_FLOOR, Beam, geomean_se, judge, pick_branch, plateau, schedulable
+from agent.beam import NOISE_FLOOR, Beam, Judgement, geomean_se, judge, pick_branch, plateau, schedulable
 from agent.config import RunConfig
-from agent.harness.result import CUDA, STAGES, EvalResult, spec_label
+from agent.harness.result import CUDA, STAGES, EvalResult, margin_text, spec_label
 from agent.harness.runner import EvalOptions, check_gpu, discard_prestarted, evaluate, resolve_device
 from agent.harness.task import Task, TaskError, bundled_tasks, load_task, resolve_task
 from agent.hooks import Hooks
@@ -357,7 +357,12 @@ class Agent:
         r, b = f.result, self.state.branches.get(f.branch)
         if r is None or not r.ok or f.cancel.is_set() or not f.parent_code or b is None or not b.best_us:
             return False
+        if self._over_margin(_worst_margin(r)):  # rejected whatever its time: no re-timing
+            return False
         return self._first_beats(f, b.best_us, b.best_se_us)
+
+    def _over_margin(self, worst: tuple[float, str] | None) -> bool:
+        return worst is not None and self.cfg.max_margin is not None and worst[0] > self.cfg.max_margin
 
     def _still_wins(self, f: Flight) -> bool:
         """The first timing still beats the re-timed head (a re-timing that failed counts as a win here:
@@ -474,10 +479,17 @@ class Agent:
         floor, name = self.floor_for(f.branch)
         verdict = judge(ok, error, new_us, se, head_us, head_se, spread, floor=floor, floor_name=name)
         verdict.reason += retimed
+        worst = _worst_margin(r, a)
+        if verdict.verdict == "accepted" and self._over_margin(worst):
+            assert worst is not None and self.cfg.max_margin is not None
+            verdict = Judgement("rejected", f"its outputs used {margin_text(worst[0])} of the checker's tolerance "
+                                            f"({worst[1]}), over this session's limit of "
+                                            f"{margin_text(self.cfg.max_margin)} (--max-margin); otherwise: "
+                                            f"{verdict.reason}")
         cases = [CaseLine(spec_label(c.spec), c.mean_us, c.stderr_us) for c in benchmarks]
         fresh = (head_us, head_se) if h is not None and h.ok and h.geomean_us else None
         self.commit(f, verdict.verdict, verdict.reason, ok=ok, error=error,
-                    geomean=new_us, se=se, speedup=speedup, cases=cases, head=fresh, margin=_worst_margin(r, a))
+                    geomean=new_us, se=se, speedup=speedup, cases=cases, head=fresh, margin=worst)
 
     def _after_failed_proposal(self, f: Flight) -> None:
         p = f.proposal

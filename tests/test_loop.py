@@ -173,13 +173,55 @@ def test_command_line_errors_are_one_line(tmp_path: Path):
              (["run", "--gpus", "a,b"], "--gpus takes comma-separated"),
              (["run", "--families", "wy_blocked,nope"], "task qr has no seed family 'nope' (its seeds: cholqr, "),
              (["run", "--families", ","], "--families takes comma-separated seed names"),
-             (["run", "--families", "wy_triton,wy_triton.py"], "--families names a family twice")]
+             (["run", "--families", "wy_triton,wy_triton.py"], "--families names a family twice"),
+             (["run", "--max-margin", "1.5"], "--max-margin is a fraction of the checker's tolerance")]
     for args, expected in cases:
         r = steer(*args, root=root)
         assert r.returncode == 2, (args, r.stderr)
         assert expected in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     r = steer("ls", root=root)
     assert r.returncode == 0 and "s" in r.stdout
+
+
+MARGIN_CHECK = """
+
+def check_margin(data, output):
+    \"\"\"(ok, message, margin): each element may be 1.0 off; margin is how much of that was used.\"\"\"
+    if not isinstance(output, torch.Tensor) or output.shape != data.shape:
+        return False, "wrong shape", float("inf")
+    used = float((output - 2 * data).abs().max())
+    return used <= 1.0, "" if used <= 1.0 else "mismatch", used
+"""
+OFF_BY_HALF = """
+import time
+CONFIG = {"delay_us": 2000}
+SPACE = {"delay_us": [100, 2000]}
+def custom_kernel(data):
+    time.sleep(CONFIG["delay_us"] * 1e-6)
+    return data * 2 + 0.5
+"""
+
+
+@pytest.mark.slow
+def test_max_margin_rejects_a_faster_kernel_too_close_to_the_tolerance(tmp_path: Path):
+    """A task with check_margin: a 20x faster kernel whose outputs use half the tolerance is accepted
+    without a limit and rejected, with the reason in the commit, under --max-margin 0.3."""
+    task = tiny_task(tmp_path, seeds=("sleepy",))
+    (task / "reference.py").write_text((task / "reference.py").read_text() + MARGIN_CHECK)
+    (task / "candidates" / "sleepy.py").write_text(OFF_BY_HALF)
+    verdicts = {}
+    for limit in (None, 0.3):
+        s = prepare_session(tmp_path / "sessions", f"limit-{limit}", config(task, max_iterations=1, max_margin=limit))
+        assert Agent(s).run() in ("budget", "exhausted")
+        committed = of_type(events(s), ev.AttemptCommitted)[-1]
+        assert committed.iteration == 1 and committed.margin == pytest.approx(0.5)
+        verdicts[limit] = committed.verdict, committed.reason
+        assert "Accuracy: 50% of the checker's tolerance at most" in git_log(s)
+        check_record(s)
+    assert verdicts[None][0] == "accepted"
+    assert verdicts[0.3][0] == "rejected" and verdicts[0.3][1].startswith(
+        "its outputs used 50% of the checker's tolerance (size=")
+    assert "over this session's limit of 30% (--max-margin); otherwise: " in verdicts[0.3][1]
 
 
 def test_export_writes_the_best_kernel_and_refuses_stream(tmp_path: Path):
