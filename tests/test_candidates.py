@@ -563,4 +563,3 @@ def test_small_path_plan_reuses_the_compiled_kernel(name, monkeypatch):
         assert args[0] is x and h is x and args[1] is tau and tau.shape == (3, 20)
         assert args[2:] == (20, 32)
     assert len({id(t) for _, t in out}) == 4  # every call gets its own tau
-
